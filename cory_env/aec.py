@@ -1,0 +1,238 @@
+"""The CORY AEC env: the pioneer writes its answer token by token, then the observer does.
+
+    env = cory_env.env(task="sentiment", max_new_tokens=8)
+    env.reset(seed=0)
+    for agent in env.agent_iter():
+        obs, reward, term, trunc, info = env.last()
+        env.step(None if term or trunc else env.action_space(agent).sample())
+
+Agents are `llm_0` and `llm_1`. With `swap_roles=False` llm_0 is the pioneer; the flag (or
+`reset(options={"swap_roles": True})`) makes llm_1 act first. That flag is CORY's role exchange.
+Both agents terminate together at the end of the observer's turn, when they receive the
+collective reward r_pio + r_obs (or their own reward under reward_mode="individual").
+"""
+
+from __future__ import annotations
+
+import numbers
+import warnings
+
+import numpy as np
+from gymnasium import spaces
+from pettingzoo import AECEnv
+from pettingzoo.utils import wrappers
+from pettingzoo.utils.conversions import turn_based_aec_to_parallel
+
+from .config import EnvConfig, check_bool
+from .core import OBSERVER, PIONEER, ROLES, Episodes
+from .tasks.base import Query
+
+AGENTS = ("llm_0", "llm_1")
+RESET_OPTIONS = ("swap_roles", "queries")
+
+
+def env(**config):
+    """The AEC env with PettingZoo's order-enforcing wrapper (bounds are checked by raw_env)."""
+    return wrappers.OrderEnforcingWrapper(raw_env(**config))
+
+
+def parallel_env(**config):
+    """The parallel API via `turn_based_aec_to_parallel`: only the acting agent's action is used."""
+    return turn_based_aec_to_parallel(raw_env(**config))
+
+
+def observation_space(length: int, vocab: int, action_mask: bool) -> spaces.Dict:
+    """The observation space: token ids and attention mask nested under "observation"."""
+    inner = spaces.Dict({
+        "input_ids": spaces.Box(0, vocab - 1, (length,), np.int64),
+        "attention_mask": spaces.Box(0, 1, (length,), np.int8),
+    })
+    outer = {"observation": inner}
+    if action_mask:
+        outer["action_mask"] = spaces.Box(0, 1, (vocab,), np.int8)
+    return spaces.Dict(outer)
+
+
+def role_order(swap_roles: bool, single_agent: bool = False) -> tuple[str, ...]:
+    """Agent names in acting order (pioneer first) for a value of the order flag."""
+    if single_agent:
+        return AGENTS[:1]
+    return AGENTS[::-1] if swap_roles else AGENTS
+
+
+def parse_reset_options(options, warned: set) -> dict:
+    """Validate known reset options; warn once about unknown keys."""
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(RESET_OPTIONS))
+    if unknown and tuple(unknown) not in warned:
+        warned.add(tuple(unknown))
+        warnings.warn(f"ignoring unknown reset options {unknown}; known: {list(RESET_OPTIONS)}",
+                      stacklevel=3)
+    if "swap_roles" in options:
+        check_bool("swap_roles", options["swap_roles"])
+    if "queries" in options and not isinstance(options["queries"], (list, tuple)):
+        raise TypeError(f"queries must be a list of Query or int, got {options['queries']!r}")
+    return {k: options[k] for k in RESET_OPTIONS if k in options}
+
+
+def resolve_queries(items, pool: list[Query]) -> list[Query]:
+    """Turn a list of Query objects or indices into the split's queries."""
+    out = []
+    for item in items:
+        if isinstance(item, Query):
+            out.append(item)
+        elif isinstance(item, numbers.Integral) and 0 <= item < len(pool):
+            out.append(pool[int(item)])
+        else:
+            raise ValueError(f"query {item!r} is not a Query or an index below {len(pool)}")
+    return out
+
+
+def as_token(action) -> int:
+    """Return an action as an int token id, or raise TypeError for non-integers."""
+    if isinstance(action, (bool, np.bool_)) or not isinstance(action, numbers.Integral):
+        if isinstance(action, np.ndarray) and action.shape == () and action.dtype.kind in "iu":
+            return int(action)
+        raise TypeError(f"action must be an integer token id, got {action!r} "
+                        f"({type(action).__name__})")
+    return int(action)
+
+
+class raw_env(AECEnv):
+    """CORY's sequential two-LLM token-level env (see the module docstring)."""
+
+    metadata = {"name": "cory_v0", "render_modes": ["human", "ansi"], "is_parallelizable": True}
+
+    def __init__(self, **config):
+        self.config = EnvConfig.from_kwargs(**config)
+        self.task, self.tokenizer, max_new, context = self.config.resolve()
+        self.render_mode = self.config.render_mode
+        self._ep = Episodes(self.task, self.tokenizer, max_new_tokens=max_new,
+                            context_len=context, knowledge_transfer=self.config.knowledge_transfer,
+                            reward_mode=self.config.reward_mode,
+                            single_agent=self.config.single_agent)
+        self.possible_agents = list(role_order(False, self.config.single_agent))
+        vocab = self._ep.vocab
+        self._obs_space = observation_space(context, vocab, self.config.action_mask)
+        self._act_space = spaces.Discrete(vocab)
+        self._mask = np.ones(vocab, dtype=np.int8) if self.config.action_mask else None
+        self.state_space = spaces.Dict({
+            "input_ids": spaces.Box(0, vocab - 1, (2 * context,), np.int64),
+            "attention_mask": spaces.Box(0, 1, (2 * context,), np.int8),
+        })
+        self._rng = np.random.default_rng(self.config.seed)
+        self._warned: set = set()
+        self.swap_roles = self.config.swap_roles
+        self.agents: list[str] = []
+
+    # -- spaces ------------------------------------------------------------------------------
+    def observation_space(self, agent):
+        """The (cached) observation space of an agent."""
+        return self._obs_space
+
+    def action_space(self, agent):
+        """The (cached) Discrete(vocab) action space of an agent."""
+        return self._act_space
+
+    # -- episode -----------------------------------------------------------------------------
+    def reset(self, seed=None, options=None):
+        """Start an episode on a sampled query (or `options["queries"][0]`)."""
+        opts = parse_reset_options(options, self._warned)
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+        if "swap_roles" in opts:
+            self.swap_roles = bool(opts["swap_roles"])
+        pool = self.task.queries(self.config.split)
+        if "queries" in opts:
+            queries = resolve_queries(opts["queries"][:1], pool)
+        else:
+            queries = [pool[int(self._rng.integers(len(pool)))]]
+        self._ep.start(queries)
+        order = role_order(self.swap_roles, self.config.single_agent)
+        self._slot = {agent: slot for slot, agent in enumerate(order)}
+        self.agents = list(order)
+        self.agent_selection = order[PIONEER]
+        self.rewards = {a: 0.0 for a in self.agents}
+        self._cumulative_rewards = {a: 0.0 for a in self.agents}
+        self.terminations = {a: False for a in self.agents}
+        self.truncations = {a: False for a in self.agents}
+        self.infos = {a: self._info(a) for a in self.agents}
+
+    def _info(self, agent) -> dict:
+        slot = self._slot[agent]
+        return {"role": ROLES[slot], "task_reward": None, "response": None,
+                "truncated_prompt_tokens": int(self._ep.dropped[slot, 0])}
+
+    def observe(self, agent):
+        """The agent's prompt and its tokens so far (all padding before its turn starts)."""
+        slot = self._slot[agent]
+        obs = {"observation": {"input_ids": self._ep.ids[slot, 0].copy(),
+                               "attention_mask": self._ep.mask[slot, 0].copy()}}
+        if self._mask is not None:
+            obs["action_mask"] = self._mask
+        return obs
+
+    def state(self):
+        """The joint transcript: the pioneer's view followed by the observer's view."""
+        return {"input_ids": self._ep.ids[:, 0].reshape(-1).copy(),
+                "attention_mask": self._ep.mask[:, 0].reshape(-1).copy()}
+
+    def step(self, action):
+        """Append the selected agent's token; end its turn on EOS or max_new_tokens."""
+        agent = self.agent_selection
+        if self.terminations[agent] or self.truncations[agent]:
+            self._was_dead_step(action)
+            return
+        token = np.array([as_token(action)])
+        self._ep.check_tokens(token)
+        self._cumulative_rewards[agent] = 0.0
+        self._clear_rewards()
+        if self._ep.step(token):
+            slot = self._slot[agent]
+            self.infos[agent]["response"] = self._ep.texts[slot][0]
+            if self._ep.finished:
+                self._finish()
+            else:
+                observer = self.agents[OBSERVER]
+                self.infos[observer]["truncated_prompt_tokens"] = int(self._ep.dropped[OBSERVER, 0])
+                self.agent_selection = observer
+        self._accumulate_rewards()
+
+    def _finish(self) -> None:
+        for agent in self.agents:
+            slot = self._slot[agent]
+            self.rewards[agent] = float(self._ep.agent_rewards[slot, 0])
+            self.infos[agent]["task_reward"] = float(self._ep.task_rewards[slot, 0])
+            self.terminations[agent] = True
+        self.agent_selection = self.agents[PIONEER]
+
+    # -- rendering ---------------------------------------------------------------------------
+    def render(self):
+        """"ansi" returns the transcript, "human" prints it, None warns."""
+        if self.render_mode is None:
+            warnings.warn("render() called without a render_mode", stacklevel=2)
+            return None
+        text = self.transcript()
+        if self.render_mode == "ansi":
+            return text
+        print(text)
+        return None
+
+    def transcript(self) -> str:
+        """A readable transcript of the current episode."""
+        if not self.agents and not hasattr(self, "_slot"):
+            return "(no episode)"
+        lines = [f"query: {self._ep.queries[0].text!r}"]
+        for agent, slot in self._slot.items():
+            lens = int(self._ep.resp_len[slot, 0])
+            prompt = self.tokenizer.decode(self._ep.ids[slot, 0, : self._ep.P][
+                self._ep.mask[slot, 0, : self._ep.P].astype(bool)].tolist())
+            response = self.tokenizer.decode(self._ep.ids[slot, 0, self._ep.P:][:lens].tolist())
+            line = f"[{agent} {ROLES[slot]}] {prompt!r} -> {response!r}"
+            if self._ep.task_rewards is not None:
+                line += f"  r={self._ep.task_rewards[slot, 0]:+.3f}"
+            lines.append(line)
+        return "\n".join(lines)
+
+    def close(self):
+        """Nothing to release."""

@@ -1,0 +1,144 @@
+"""The batched lockstep env that learners use: B CORY episodes, one token tensor per step.
+
+    env = BatchedCoryEnv(task="sentiment", batch_size=64)
+    obs = env.reset(seed=0)                  # the pioneer's prompts, (B, L) tensors
+    while not env.finished:
+        obs, rewards, terms, truncs, infos = env.step(policy(obs))   # actions: (B,) tensor
+
+All episodes are in the same turn at the same time: first the pioneer's (env.agent_selection
+is the pioneer), then the observer's. An episode whose agent emitted EOS ignores its actions
+for the rest of the turn (its obs rows show no new tokens and obs["active"] is False). Its
+semantics equal the AEC env's step for step; `tests/test_env_batched.py` checks it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .aec import parse_reset_options, resolve_queries, role_order
+from .config import EnvConfig
+from .core import OBSERVER, PIONEER, ROLES, Episodes
+
+
+class BatchedCoryEnv:
+    """B CORY episodes stepped together with (B,) token tensors (see the module docstring)."""
+
+    def __init__(self, batch_size: int = 8, device: str | torch.device = "cpu", **config):
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        self.config = EnvConfig.from_kwargs(**config)
+        self.task, self.tokenizer, max_new, context = self.config.resolve()
+        self.batch_size, self.device = batch_size, torch.device(device)
+        self.episodes = Episodes(self.task, self.tokenizer, max_new_tokens=max_new,
+                                 context_len=context,
+                                 knowledge_transfer=self.config.knowledge_transfer,
+                                 reward_mode=self.config.reward_mode,
+                                 single_agent=self.config.single_agent)
+        self.possible_agents = list(role_order(False, self.config.single_agent))
+        self.swap_roles = self.config.swap_roles
+        self._rng = np.random.default_rng(self.config.seed)
+        self._warned: set = set()
+
+    @property
+    def prompt_len(self) -> int:
+        """P: prompts are right-aligned in columns [0, P)."""
+        return self.episodes.P
+
+    @property
+    def max_new_tokens(self) -> int:
+        """T: the most tokens an agent may write in its turn."""
+        return self.episodes.T
+
+    @property
+    def finished(self) -> bool:
+        """True once the observer's turn ended and rewards are known."""
+        return self.episodes.finished
+
+    @property
+    def agent_selection(self) -> str:
+        """The agent whose turn it is."""
+        return self.agents[self.episodes.turn]
+
+    @property
+    def role(self) -> str:
+        """The role ("pioneer" or "observer") of the acting agent."""
+        return ROLES[self.episodes.turn]
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> dict:
+        """Start B episodes; options: "swap_roles" (bool), "queries" (B Query objects/indices)."""
+        opts = parse_reset_options(options, self._warned)
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+        if "swap_roles" in opts:
+            self.swap_roles = bool(opts["swap_roles"])
+        pool = self.task.queries(self.config.split)
+        if "queries" in opts:
+            queries = resolve_queries(opts["queries"], pool)
+        else:
+            queries = [pool[int(i)] for i in self._rng.integers(len(pool), size=self.batch_size)]
+        self.episodes.start(queries)
+        self.agents = list(role_order(self.swap_roles, self.config.single_agent))
+        return self.observe()
+
+    def observe(self, agent: str | None = None) -> dict:
+        """The agent's (default: the acting agent's) ids, mask and active rows as tensors."""
+        slot = self.episodes.turn if agent is None else self.agents.index(agent)
+        ep = self.episodes
+        active = ~ep.turn_done if slot == ep.turn and not ep.finished else np.zeros(ep.batch, bool)
+        return {"input_ids": self._tensor(ep.ids[slot]),
+                "attention_mask": self._tensor(ep.mask[slot]).long(),
+                "active": self._tensor(active), "step": ep.t}
+
+    def step(self, actions):
+        """Apply (B,) token ids of the acting agent; returns obs, rewards, terms, truncs, infos."""
+        tokens = np.asarray(actions.detach().cpu() if torch.is_tensor(actions) else actions)
+        if tokens.shape != (self.episodes.batch,):
+            raise ValueError(f"actions must have shape ({self.episodes.batch},), "
+                             f"got {tuple(tokens.shape)}")
+        if tokens.dtype.kind not in "iu":
+            raise TypeError(f"actions must be integer token ids, got dtype {tokens.dtype}")
+        self.episodes.check_tokens(tokens)
+        self.episodes.step(tokens.astype(np.int64, copy=False))
+        done = self.episodes.finished
+        zeros = torch.zeros(self.episodes.batch)
+        rewards = {a: self._reward(a) if done else zeros for a in self.agents}
+        terms = {a: torch.full((self.episodes.batch,), done) for a in self.agents}
+        truncs = {a: torch.zeros(self.episodes.batch, dtype=torch.bool) for a in self.agents}
+        return self.observe(), rewards, terms, truncs, self.infos()
+
+    def _reward(self, agent: str) -> torch.Tensor:
+        return torch.as_tensor(self.episodes.agent_rewards[self.agents.index(agent)],
+                               dtype=torch.float32)
+
+    def infos(self) -> dict:
+        """Per-agent infos: role, task reward (B,) once known, response texts once written."""
+        ep, out = self.episodes, {}
+        for slot, agent in enumerate(self.agents):
+            out[agent] = {
+                "role": ROLES[slot],
+                "task_reward": None if ep.task_rewards is None
+                else torch.as_tensor(ep.task_rewards[slot], dtype=torch.float32),
+                "response": ep.texts[slot],
+                "truncated_prompt_tokens": torch.as_tensor(ep.dropped[slot]),
+            }
+        return out
+
+    def turn(self, agent: str) -> dict:
+        """The agent's finished turn: prompt+response ids (B,L), mask, and response_mask (B,T)."""
+        slot, ep = self.agents.index(agent), self.episodes
+        if not (ep.finished or slot < ep.turn):
+            raise RuntimeError(f"{agent}'s turn is not over yet")
+        mask = self._tensor(ep.mask[slot]).long()
+        return {"input_ids": self._tensor(ep.ids[slot]), "attention_mask": mask,
+                "response_mask": mask[:, ep.P:].float(), "queries": ep.queries}
+
+    def state(self) -> dict:
+        """The joint transcript (pioneer's view then observer's view) as (B, 2L) tensors."""
+        ep = self.episodes
+        ids = np.concatenate([ep.ids[PIONEER], ep.ids[OBSERVER]], axis=1)
+        mask = np.concatenate([ep.mask[PIONEER], ep.mask[OBSERVER]], axis=1)
+        return {"input_ids": self._tensor(ids), "attention_mask": self._tensor(mask).long()}
+
+    def _tensor(self, array: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.array(array)).to(self.device)

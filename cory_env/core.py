@@ -1,0 +1,200 @@
+"""The episode engine shared by the AEC env and the batched env.
+
+`Episodes` steps B CORY episodes in lockstep with numpy arrays: the pioneer's turn, then the
+observer's turn, then the task reward. Both public envs are thin views of it, which is why
+their semantics are the same by construction (and tested to be).
+
+Token layout of every observation, per agent, fixed size L = context_len:
+
+    columns [0, P)       the agent's prompt, right-aligned (left-padded), P = L - max_new_tokens
+    columns [P, P + T)   the tokens the agent generated so far in its turn
+
+so generated token t of every episode sits at column P + t, which is what batched KV-cache
+decoding wants. Prompts longer than P are LEFT-truncated (their first tokens are dropped) and
+the number of dropped tokens is reported in infos["truncated_prompt_tokens"].
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from .tasks.base import QUERY, RESPONSE, Query, Task
+
+PIONEER, OBSERVER = 0, 1
+ROLES = ("pioneer", "observer")
+
+
+class TemplateRenderer:
+    """Turns a template plus per-episode query/response ids into right-aligned prompt rows."""
+
+    def __init__(self, template, tokenizer):
+        self.pieces: list[str | np.ndarray] = []
+        for piece in template.pieces():
+            if piece in (QUERY, RESPONSE):
+                self.pieces.append(piece)
+            else:
+                ids = tokenizer.encode(piece, add_special_tokens=False)
+                self.pieces.append(np.asarray(ids, dtype=np.int64))
+
+    def render(self, q_ids, q_len, r_ids, r_len, width: int, pad: int):
+        """Return (ids (B,width), mask (B,width), dropped (B,)) with prompts right-aligned."""
+        batch = len(q_len)
+        parts = []
+        for piece in self.pieces:
+            if isinstance(piece, str) and piece == QUERY:
+                parts.append((q_ids, q_len))
+            elif isinstance(piece, str):
+                parts.append((r_ids, r_len))
+            else:
+                parts.append((np.broadcast_to(piece, (batch, len(piece))),
+                              np.full(batch, len(piece), dtype=np.int64)))
+        total = sum(length for _, length in parts) if parts else np.zeros(batch, np.int64)
+        total_max = int(total.max()) if batch else 0
+        full = np.full((batch, max(total_max, 1)), pad, dtype=np.int64)
+        offset = np.zeros(batch, dtype=np.int64)
+        for ids, length in parts:
+            valid = np.arange(ids.shape[1])[None, :] < length[:, None]
+            r, c = np.nonzero(valid)
+            full[r, offset[r] + c] = ids[r, c]
+            offset += length
+        # right-align: episode i's tokens are full[i, :total_i]; place them to end at `width`
+        dropped = np.maximum(total - width, 0)
+        keep = total - dropped
+        out = np.full((batch, width), pad, dtype=np.int64)
+        cols = np.arange(width)[None, :]
+        start = (width - keep)[:, None]
+        mask = cols >= start
+        src = np.clip(cols - start + dropped[:, None], 0, full.shape[1] - 1)
+        out[mask] = np.take_along_axis(full, src, axis=1)[mask]
+        return out, mask.astype(np.int8), dropped
+
+
+class Episodes:
+    """B pioneer-then-observer episodes stepped in lockstep (numpy, no loop over B per step)."""
+
+    def __init__(self, task: Task, tokenizer, *, max_new_tokens: int, context_len: int,
+                 knowledge_transfer: bool = True, reward_mode: str = "collective",
+                 single_agent: bool = False):
+        self.task, self.tokenizer = task, tokenizer
+        self.T, self.L = max_new_tokens, context_len
+        self.P = context_len - max_new_tokens
+        self.reward_mode, self.single_agent = reward_mode, single_agent
+        self.knowledge_transfer = knowledge_transfer
+        self.vocab = len(tokenizer)
+        self.eos = tokenizer.eos_token_id
+        self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos
+        pio_t, obs_t = task.templates(knowledge_transfer)
+        self.renderers = (TemplateRenderer(pio_t, tokenizer), TemplateRenderer(obs_t, tokenizer))
+        self.n_turns = 1 if single_agent else 2
+        self.batch = 0
+
+    # -- episode start --------------------------------------------------------------------
+    def start(self, queries: Sequence[Query]) -> None:
+        """Begin len(queries) new episodes at the pioneer's first token."""
+        b = self.batch = len(queries)
+        self.queries = list(queries)
+        encoded = [self.task.query_ids(q, self.tokenizer) for q in queries]
+        self.q_len = np.array([len(x) for x in encoded], dtype=np.int64)
+        self.q_ids = np.full((b, max(int(self.q_len.max()), 1)), self.pad, dtype=np.int64)
+        for i, ids in enumerate(encoded):  # once per episode, not per step
+            self.q_ids[i, : len(ids)] = ids
+        self.ids = np.full((2, b, self.L), self.pad, dtype=np.int64)
+        self.mask = np.zeros((2, b, self.L), dtype=np.int8)
+        self.resp_len = np.zeros((2, b), dtype=np.int64)
+        self.hit_eos = np.zeros((2, b), dtype=bool)
+        self.dropped = np.zeros((2, b), dtype=np.int64)
+        self.task_rewards: np.ndarray | None = None
+        self.agent_rewards: np.ndarray | None = None
+        self.turn, self.t = PIONEER, 0
+        self.turn_done = np.zeros(b, dtype=bool)
+        self.texts: list[list[str] | None] = [None, None]
+        self.finished = False
+        self._begin_turn(PIONEER)
+
+    def _begin_turn(self, slot: int) -> None:
+        empty = np.zeros((self.batch, 0), dtype=np.int64)
+        r_ids, r_len = empty, np.zeros(self.batch, dtype=np.int64)
+        if slot == OBSERVER:
+            r_ids = self.ids[PIONEER, :, self.P:]
+            r_len = self.resp_len[PIONEER] - self.hit_eos[PIONEER]  # EOS is not copied over
+        ids, mask, dropped = self.renderers[slot].render(
+            self.q_ids, self.q_len, r_ids, r_len, self.P, self.pad)
+        self.ids[slot, :, : self.P], self.mask[slot, :, : self.P] = ids, mask
+        self.dropped[slot] = dropped
+        self.turn, self.t = slot, 0
+        self.turn_done[:] = False
+
+    # -- stepping ---------------------------------------------------------------------------
+    def check_tokens(self, tokens: np.ndarray) -> None:
+        """Raise ValueError naming the first out-of-range token among active episodes."""
+        bad = ((tokens < 0) | (tokens >= self.vocab)) & ~self.turn_done
+        if bad.any():
+            tok = int(tokens[np.argmax(bad)])
+            raise ValueError(f"token {tok} is out of range for vocabulary size {self.vocab}")
+
+    def step(self, tokens: np.ndarray) -> bool:
+        """Append one token per active episode; return True when the current turn has ended."""
+        if self.finished:
+            raise RuntimeError("episodes are finished; call start() first")
+        active = ~self.turn_done
+        slot, col = self.turn, self.P + self.t
+        self.ids[slot, :, col] = np.where(active, tokens, self.pad)
+        self.mask[slot, :, col] = active
+        self.resp_len[slot] += active
+        ended = active & (tokens == self.eos)
+        self.hit_eos[slot] |= ended
+        self.turn_done |= ended
+        self.t += 1
+        if self.t < self.T and not self.turn_done.all():
+            return False
+        self.texts[slot] = self.responses(slot)
+        if slot == PIONEER and not self.single_agent:
+            self._begin_turn(OBSERVER)
+        else:
+            self._score()
+            self.finished = True
+        return True
+
+    # -- rewards ----------------------------------------------------------------------------
+    def responses(self, slot: int) -> list[str]:
+        """Decoded response texts of one role (EOS stripped)."""
+        lens = self.resp_len[slot] - self.hit_eos[slot]
+        rows = self.ids[slot, :, self.P:]
+        return self.tokenizer.batch_decode([r[:n].tolist() for r, n in zip(rows, lens)],
+                                           skip_special_tokens=False)
+
+    def _score(self) -> None:
+        texts = [t for s in range(self.n_turns) for t in self.texts[s]]
+        queries = self.queries * self.n_turns
+        scores = safe_reward(self.task, queries, texts).reshape(self.n_turns, self.batch)
+        self.task_rewards = scores
+        if self.reward_mode == "collective":
+            self.agent_rewards = np.broadcast_to(scores.sum(0), scores.shape).copy()
+        else:
+            self.agent_rewards = scores.copy()
+
+
+def safe_reward(task: Task, queries: Sequence[Query], texts: Sequence[str]) -> np.ndarray:
+    """Call task.reward and fail loudly, naming the task and sample, on errors or non-finite."""
+    try:
+        out = np.asarray(task.reward(queries, texts), dtype=np.float64).reshape(-1)
+    except Exception as err:  # locate the failing sample before re-raising
+        for i in range(len(texts)):
+            try:
+                task.reward(queries[i:i + 1], texts[i:i + 1])
+            except Exception as one:
+                raise RuntimeError(
+                    f"reward of task {task.name!r} raised on sample {i} "
+                    f"(response {texts[i]!r}): {one!r}") from one
+        raise RuntimeError(f"reward of task {task.name!r} raised: {err!r}") from err
+    if out.shape[0] != len(texts):
+        raise RuntimeError(f"reward of task {task.name!r} returned {out.shape[0]} values "
+                           f"for {len(texts)} responses")
+    bad = ~np.isfinite(out)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise RuntimeError(f"reward of task {task.name!r} returned {out[i]} for sample {i} "
+                           f"(response {texts[i]!r})")
+    return out

@@ -1,0 +1,169 @@
+"""The Task interface: queries, pioneer/observer templates and a batched reward.
+
+A task never sees a policy. It turns a query (and, for the observer, the pioneer's response
+tokens) into prompt token ids, and scores finished responses.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+QUERY, RESPONSE = "{query}", "{response}"
+_PLACEHOLDER = re.compile(r"(\{query\}|\{response\})")
+
+
+@dataclass(frozen=True)
+class Query:
+    """One prompt of a task: its text, optional exact token ids and optional ground truth."""
+
+    text: str
+    answer: str | None = None
+    ids: tuple[int, ...] | None = None
+    meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+
+@dataclass(frozen=True)
+class Template:
+    """A prompt template split into static strings and `{query}` / `{response}` slots.
+
+    Static pieces are tokenized once; the query and the response are inserted as token ids,
+    so the pioneer's tokens appear in the observer's prompt exactly as generated.
+    """
+
+    text: str
+
+    def pieces(self) -> list[str]:
+        """The template as alternating static strings and placeholders (empty strings dropped)."""
+        return [p for p in _PLACEHOLDER.split(self.text) if p]
+
+    def uses(self, slot: str) -> bool:
+        """Whether the template contains the given placeholder."""
+        return slot in self.text
+
+
+class Task(ABC):
+    """A CORY task: where queries come from, how prompts look, and how responses are scored.
+
+    Subclasses set `name`, `pioneer_template` and `observer_template`, and implement
+    `load_queries`, `reward` and `build_tokenizer`. See README "Writing a task".
+    """
+
+    name: str = "task"
+    pioneer_template: str = QUERY
+    observer_template: str = QUERY + RESPONSE
+    #: what the observer sees when knowledge transfer is off (the paper's ablation)
+    observer_template_no_kt: str | None = None
+    default_max_new_tokens: int = 16
+    default_context_len: int = 128
+
+    def __init__(self) -> None:
+        self._tokenizer = None
+        self._queries: dict[str, list[Query]] = {}
+
+    # -- data -------------------------------------------------------------------------------
+    @abstractmethod
+    def load_queries(self, split: str) -> list[Query]:
+        """Return every query of a split ("train" or "test")."""
+
+    def queries(self, split: str = "train") -> list[Query]:
+        """The split's queries, loaded once and cached."""
+        if split not in self._queries:
+            qs = self.load_queries(split)
+            if not qs:
+                raise ValueError(f"task {self.name!r} has no queries in split {split!r}")
+            self._queries[split] = qs
+        return self._queries[split]
+
+    # -- tokens -----------------------------------------------------------------------------
+    @abstractmethod
+    def build_tokenizer(self):
+        """Return the task's default HF tokenizer."""
+
+    @property
+    def tokenizer(self):
+        """The task's default tokenizer (built on first use)."""
+        if self._tokenizer is None:
+            self._tokenizer = self.build_tokenizer()
+        return self._tokenizer
+
+    def query_ids(self, query: Query, tokenizer) -> list[int]:
+        """Token ids of a query: its stored ids if any, else the tokenized text."""
+        if query.ids is not None and tokenizer is self.tokenizer:
+            return list(query.ids)
+        return tokenizer.encode(query.text, add_special_tokens=False)
+
+    # -- reward -----------------------------------------------------------------------------
+    @abstractmethod
+    def reward(self, queries: Sequence[Query], responses: Sequence[str]) -> np.ndarray:
+        """Score each response to its query; returns a float array of shape (len(queries),)."""
+
+    def templates(self, knowledge_transfer: bool) -> tuple[Template, Template]:
+        """The (pioneer, observer) templates for a knowledge-transfer setting."""
+        observer = self.observer_template
+        if not knowledge_transfer:
+            observer = self.observer_template_no_kt or self.pioneer_template
+        return Template(self.pioneer_template), Template(observer)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r})"
+
+
+_REGISTRY: dict[str, Any] = {}
+
+
+def register_task(name: str, factory=None):
+    """Register a Task class or factory under a name; usable as a decorator."""
+
+    def add(f):
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"task name must be a non-empty string, got {name!r}")
+        _REGISTRY[name] = f
+        return f
+
+    return add(factory) if factory is not None else add
+
+
+def make_task(task, **kwargs) -> Task:
+    """Return a Task from a registered name, a Task instance or a Task class."""
+    if isinstance(task, Task):
+        if kwargs:
+            raise ValueError(f"task options {sorted(kwargs)} need a task name, not an instance")
+        return task
+    if isinstance(task, type) and issubclass(task, Task):
+        return task(**kwargs)
+    if isinstance(task, str):
+        if task not in _REGISTRY:
+            raise ValueError(f"unknown task {task!r}; registered: {sorted(_REGISTRY)}")
+        return _REGISTRY[task](**kwargs)
+    raise TypeError(f"task must be a name, Task or Task class, got {type(task).__name__}")
+
+
+def registered_tasks() -> list[str]:
+    """Names of all registered tasks."""
+    return sorted(_REGISTRY)
+
+
+def last_number(text: str) -> str | None:
+    """The last number in a text (commas stripped), as GSM8K-style exact-match rewards use."""
+    found = re.findall(r"-?\d[\d,]*\.?\d*", text)
+    if not found:
+        return None
+    num = found[-1].replace(",", "").rstrip(".")
+    if "." in num:
+        num = num.rstrip("0").rstrip(".")
+    return num
+
+
+def exact_match_reward(queries: Sequence[Query], responses: Sequence[str]) -> np.ndarray:
+    """1.0 where the response's last number equals the query's answer, else 0.0."""
+    return np.array(
+        [float(last_number(r) is not None and last_number(r) == q.answer)
+         for q, r in zip(queries, responses)],
+        dtype=np.float32,
+    )
