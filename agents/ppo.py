@@ -1,0 +1,533 @@
+"""Token-level PPO for LLM fine-tuning: the core maths and one update routine.
+
+Everything here is pure torch. Response tensors are (B, T) and come with a float
+``mask`` that is 1 on response tokens and 0 after EOS / on padding. Masked
+positions may hold garbage (even NaN or -inf); every function ignores them.
+
+KL as reward vs KL as loss. With ``kl_in="reward"`` (RLHF, TRL, CORY) every
+response token gets the reward -beta * KL_t and PPO treats it as a constant. The
+sampled log-ratio (``kl_penalty="kl"``) then has an expected gradient equal to
+the KL's gradient. The exact full-vocabulary KL (``kl_penalty="full"``, what the
+official CORY code uses) depends only on the state (the prefix), so PPO gets no
+direct gradient pulling the current token's distribution back toward the
+reference; only earlier tokens are blamed for reaching that state. An
+independent small check saw the KL climb past the adaptive target with ``full``
+as the reward, while the sampled log-ratio held it. With ``kl_in="loss"``
+(GRPO-style, as in OpenRLHF and verl) beta * masked_mean(k(logp, ref)) is added
+to the loss instead (k1/k2/k3 estimators), which gives that direct gradient.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+import torch
+from torch import Tensor
+
+KL_PENALTIES = ("kl", "abs", "mse", "full")
+KL_IN = ("reward", "loss")
+KL_LOSS_ESTIMATORS = ("k1", "k2", "k3")
+
+
+# --------------------------------------------------------------------------- config
+@dataclass
+class PPOConfig:
+    """Hyperparameters of token-level PPO (TRL-style names and defaults).
+
+    As in TRL, ``mini_batch_size`` is the size of one forward/backward pass and
+    one optimizer step covers ``mini_batch_size * grad_accum_steps`` samples.
+    """
+
+    lr: float = 1.41e-5
+    ppo_epochs: int = 4
+    batch_size: int = 256
+    mini_batch_size: int = 256
+    grad_accum_steps: int = 1
+    cliprange: float = 0.2
+    cliprange_value: float = 0.2
+    vf_coef: float = 0.1
+    gamma: float = 1.0
+    lam: float = 0.95
+    init_kl_coef: float = 0.3
+    adap_kl_ctrl: bool = True
+    kl_target: float = 6.0
+    kl_horizon: float = 10000
+    kl_penalty: str = "kl"
+    kl_in: str = "reward"
+    kl_loss_estimator: str = "k3"
+    whiten_advantages: bool = True
+    use_score_scaling: bool = False
+    use_score_norm: bool = False
+    score_clip: float | None = None
+    max_grad_norm: float | None = 1.0
+    early_stop_kl: float | None = None
+    ratio_threshold: float = 10.0
+    entropy_coef: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    @property
+    def backward_batch_size(self) -> int:
+        """Samples per optimizer step: mini_batch_size * grad_accum_steps."""
+        return self.mini_batch_size * self.grad_accum_steps
+
+    def validate(self) -> PPOConfig:
+        """Raise ValueError naming the first invalid field; return self otherwise."""
+
+        def bad(name: str, rule: str) -> ValueError:
+            return ValueError(f"PPOConfig.{name} {rule}, got {getattr(self, name)!r}")
+
+        for name in ("ppo_epochs", "batch_size", "mini_batch_size", "grad_accum_steps"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise bad(name, "must be a positive int")
+        for name in ("lr", "cliprange", "cliprange_value", "kl_target", "kl_horizon",
+                     "ratio_threshold"):
+            if not getattr(self, name) > 0:  # also rejects NaN
+                raise bad(name, "must be > 0")
+        for name in ("vf_coef", "init_kl_coef", "entropy_coef"):
+            if not getattr(self, name) >= 0:
+                raise bad(name, "must be >= 0")
+        for name in ("gamma", "lam"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise bad(name, "must be in [0, 1]")
+        for name in ("score_clip", "max_grad_norm", "early_stop_kl"):
+            if getattr(self, name) is not None and not getattr(self, name) > 0:
+                raise bad(name, "must be None or > 0")
+        for name, allowed in (("kl_penalty", KL_PENALTIES), ("kl_in", KL_IN),
+                              ("kl_loss_estimator", KL_LOSS_ESTIMATORS)):
+            if getattr(self, name) not in allowed:
+                raise bad(name, f"must be one of {allowed}")
+        if self.batch_size % self.backward_batch_size:
+            raise ValueError(
+                f"PPOConfig.batch_size={self.batch_size} must be divisible by "
+                f"mini_batch_size * grad_accum_steps = {self.mini_batch_size} * "
+                f"{self.grad_accum_steps} = {self.backward_batch_size}"
+            )
+        return self
+
+
+# The paper's IMDB table (Table 1). kl_penalty="full" follows the official code
+# (see the module docstring). Copy with dataclasses.replace, do not mutate it.
+IMDB_PRESET = PPOConfig(
+    lr=1.41e-5, ppo_epochs=4, batch_size=256, mini_batch_size=256, grad_accum_steps=1,
+    cliprange=0.2, cliprange_value=0.2, vf_coef=0.1, gamma=1.0, lam=0.95,
+    init_kl_coef=0.3, adap_kl_ctrl=True, kl_target=6.0, kl_horizon=10000, kl_penalty="full",
+)
+
+
+def gsm8k_preset(method: str) -> PPOConfig:
+    """The paper's GSM8K table (Table 2) for method "cory", "ppo" or "ppo-13b"."""
+    lrs = {"cory": 1e-4, "ppo": 1e-5, "ppo-13b": 1e-5}
+    key = method.lower()
+    if key not in lrs:
+        raise ValueError(f"method must be one of {tuple(lrs)}, got {method!r}")
+    return PPOConfig(
+        lr=lrs[key], batch_size=32, mini_batch_size=2, grad_accum_steps=16,
+        cliprange=0.2, cliprange_value=0.2, vf_coef=0.1, gamma=1.0, lam=0.95,
+        init_kl_coef=0.01, adap_kl_ctrl=False, kl_penalty="full",
+    )
+
+
+# --------------------------------------------------------------------------- masked stats
+def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+    """Mean of x over positions where mask > 0 (0 if there are none)."""
+    mask = mask if mask.is_floating_point() else mask.float()
+    x = torch.where(mask > 0, x, torch.zeros_like(x)) * mask
+    if dim is None:
+        return x.sum() / mask.sum().clamp_min(1e-8)
+    return x.sum(dim) / mask.sum(dim).clamp_min(1e-8)
+
+
+def masked_var(x: Tensor, mask: Tensor, unbiased: bool = True) -> Tensor:
+    """Variance of x over masked positions, with Bessel's correction by default."""
+    centered = x - masked_mean(x, mask)
+    var = masked_mean(centered * centered, mask)
+    n = mask.sum()
+    if unbiased and n > 1:
+        var = var * n / (n - 1)
+    return var
+
+
+def masked_whiten(x: Tensor, mask: Tensor, shift_mean: bool = True) -> Tensor:
+    """Normalise x to unit variance (and zero mean) over masked positions; 0 elsewhere."""
+    mean, var = masked_mean(x, mask), masked_var(x, mask)
+    out = (x - mean) * torch.rsqrt(var + 1e-8)
+    if not shift_mean:
+        out = out + mean
+    return torch.where(mask > 0, out, torch.zeros_like(out))
+
+
+# --------------------------------------------------------------------------- KL
+def full_kl(logsoftmax: Tensor, ref_logsoftmax: Tensor) -> Tensor:
+    """Exact KL(p || q) = sum_v p (log p - log q) over the last (vocab) dim; >= 0."""
+    p = logsoftmax.exp()
+    diff = torch.where(p > 0, logsoftmax - ref_logsoftmax, torch.zeros_like(p))  # 0 log 0 = 0
+    return (p * diff).sum(-1).clamp_min(0.0)
+
+
+def kl_per_token(
+    logprobs: Tensor,
+    ref_logprobs: Tensor,
+    mode: str,
+    logsoftmax: Tensor | None = None,
+    ref_logsoftmax: Tensor | None = None,
+) -> Tensor:
+    """Per-token KL penalty (B, T) for mode kl | abs | mse | full (unmasked)."""
+    if mode == "kl":
+        return logprobs - ref_logprobs
+    if mode == "abs":
+        return (logprobs - ref_logprobs).abs()
+    if mode == "mse":
+        return 0.5 * (logprobs - ref_logprobs).square()
+    if mode == "full":
+        if logsoftmax is None or ref_logsoftmax is None:
+            raise ValueError("kl mode 'full' needs logsoftmax and ref_logsoftmax (B, T, V)")
+        return full_kl(logsoftmax, ref_logsoftmax)
+    raise ValueError(f"kl mode must be one of {KL_PENALTIES}, got {mode!r}")
+
+
+def kl_loss_term(logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor, estimator: str) -> Tensor:
+    """Masked mean of the k1/k2/k3 KL estimator, d = ref - logp (differentiable)."""
+    d = torch.where(mask > 0, ref_logprobs - logprobs, torch.zeros_like(logprobs))
+    if estimator == "k1":
+        k = -d
+    elif estimator == "k2":
+        k = 0.5 * d.square()
+    elif estimator == "k3":
+        d = d.clamp(-20.0, 20.0)  # keeps exp(d) finite in float32
+        k = torch.exp(d) - d - 1.0
+    else:
+        raise ValueError(f"estimator must be one of {KL_LOSS_ESTIMATORS}, got {estimator!r}")
+    return masked_mean(k, mask)
+
+
+# --------------------------------------------------------------------------- KL controllers
+class AdaptiveKLController:
+    """Adaptive KL coefficient of Ziegler et al. (2019)."""
+
+    def __init__(self, init: float, target: float, horizon: float):
+        self.value, self.target, self.horizon = float(init), float(target), float(horizon)
+
+    def update(self, current_kl: float, n_steps: int) -> float:
+        """beta <- beta * (1 + clip(kl / target - 1, -0.2, 0.2) * n_steps / horizon)."""
+        error = min(max(float(current_kl) / self.target - 1.0, -0.2), 0.2)
+        self.value *= 1.0 + error * n_steps / self.horizon
+        return self.value
+
+    def state_dict(self) -> dict[str, float]:
+        """Checkpointable state."""
+        return {"value": self.value, "target": self.target, "horizon": self.horizon}
+
+    def load_state_dict(self, state: Mapping[str, float]) -> None:
+        """Restore from state_dict()."""
+        self.value, self.target = float(state["value"]), float(state["target"])
+        self.horizon = float(state["horizon"])
+
+
+class FixedKLController:
+    """Constant KL coefficient."""
+
+    def __init__(self, value: float):
+        self.value = float(value)
+
+    def update(self, current_kl: float, n_steps: int) -> float:
+        """No-op; returns the fixed value."""
+        return self.value
+
+    def state_dict(self) -> dict[str, float]:
+        """Checkpointable state."""
+        return {"value": self.value}
+
+    def load_state_dict(self, state: Mapping[str, float]) -> None:
+        """Restore from state_dict()."""
+        self.value = float(state["value"])
+
+
+def make_kl_controller(cfg: PPOConfig) -> AdaptiveKLController | FixedKLController:
+    """The controller cfg asks for (adaptive if cfg.adap_kl_ctrl)."""
+    if cfg.adap_kl_ctrl:
+        return AdaptiveKLController(cfg.init_kl_coef, cfg.kl_target, cfg.kl_horizon)
+    return FixedKLController(cfg.init_kl_coef)
+
+
+# --------------------------------------------------------------------------- scores
+class RunningMoments:
+    """Running mean / variance of scores across batches (parallel-variance update)."""
+
+    def __init__(self) -> None:
+        self.mean, self.var, self.count = 0.0, 0.0, 0  # var is the population variance
+
+    @property
+    def std(self) -> float:
+        """Running std with Bessel's correction (1.0 before two samples have been seen)."""
+        if self.count < 2:
+            return 1.0
+        return math.sqrt(self.var * self.count / (self.count - 1))
+
+    def update(self, x: Tensor) -> tuple[float, float]:
+        """Fold a batch into the moments; return the batch's (mean, std with ddof=1)."""
+        x = x.detach().double().flatten()
+        n = x.numel()
+        if n == 0:
+            return float("nan"), float("nan")
+        b_mean = x.mean().item()
+        b_var = x.var(unbiased=False).item() if n > 1 else 0.0
+        total = self.count + n
+        delta = b_mean - self.mean
+        m2 = self.var * self.count + b_var * n + delta * delta * self.count * n / total
+        self.mean += delta * n / total
+        self.var, self.count = m2 / total, total
+        b_std = math.sqrt(b_var * n / (n - 1)) if n > 1 else float("nan")
+        return b_mean, b_std
+
+    def state_dict(self) -> dict[str, float]:
+        """Checkpointable state."""
+        return {"mean": self.mean, "var": self.var, "count": self.count}
+
+    def load_state_dict(self, state: Mapping[str, float]) -> None:
+        """Restore from state_dict()."""
+        self.mean, self.var = float(state["mean"]), float(state["var"])
+        self.count = int(state["count"])
+
+
+def scale_scores(scores: Tensor, moments: RunningMoments, cfg: PPOConfig) -> Tensor:
+    """Update moments, then score/(std+eps) or (score-mean)/(std+eps), then clip.
+
+    ``use_score_norm`` implies scaling (TRL silently ignored it without scaling).
+    """
+    eps = 1e-8
+    if cfg.use_score_scaling or cfg.use_score_norm:
+        moments.update(scores)
+        if cfg.use_score_norm:
+            scores = (scores - moments.mean) / (moments.std + eps)
+        else:
+            scores = scores / (moments.std + eps)
+    if cfg.score_clip is not None:
+        scores = scores.clamp(-cfg.score_clip, cfg.score_clip)
+    return scores
+
+
+def token_rewards(scores: Tensor, kl: Tensor, mask: Tensor, beta: float) -> Tensor:
+    """Per-token rewards: -beta*kl on masked tokens plus the score on each row's last one."""
+    valid = mask > 0
+    rewards = torch.where(valid, -beta * kl, torch.zeros_like(kl))
+    positions = torch.arange(mask.shape[1], device=mask.device).expand_as(mask)
+    last = torch.where(valid, positions, torch.full_like(positions, -1)).max(dim=1).values
+    rows = torch.nonzero(last >= 0).squeeze(1)  # zero-length rows get no score
+    rewards[rows, last[rows]] += scores[rows].to(rewards.dtype)
+    return rewards
+
+
+# --------------------------------------------------------------------------- GAE
+@torch.no_grad()
+def gae(rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: float
+        ) -> tuple[Tensor, Tensor]:
+    """Generalised advantage estimation over T with V_T = 0; returns (advantages, returns)."""
+    zero = torch.zeros_like(values)
+    rewards = torch.where(mask > 0, rewards, zero)
+    values = torch.where(mask > 0, values, zero)
+    T = rewards.shape[1]
+    advantages = torch.zeros_like(rewards)
+    last_adv = torch.zeros_like(rewards[:, 0])
+    for t in reversed(range(T)):
+        next_value = values[:, t + 1] if t + 1 < T else torch.zeros_like(last_adv)
+        delta = rewards[:, t] + gamma * next_value - values[:, t]
+        last_adv = delta + gamma * lam * last_adv
+        advantages[:, t] = last_adv
+    returns = advantages + values
+    return advantages * mask, returns * mask
+
+
+# --------------------------------------------------------------------------- losses
+def policy_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor,
+                cliprange: float) -> tuple[Tensor, dict[str, Tensor]]:
+    """Clipped surrogate masked_mean(max(-A*r, -A*clip(r))); stats are detached tensors."""
+    valid = mask > 0
+    log_ratio = torch.where(valid, logprobs - old_logprobs, torch.zeros_like(logprobs))
+    advantages = torch.where(valid, advantages, torch.zeros_like(advantages))
+    ratio = torch.exp(log_ratio)
+    pg1 = -advantages * ratio
+    pg2 = -advantages * torch.clamp(ratio, 1.0 - cliprange, 1.0 + cliprange)
+    loss = masked_mean(torch.maximum(pg1, pg2), mask)
+    with torch.no_grad():
+        stats = {
+            "clipfrac": masked_mean((pg2 > pg1).float(), mask),
+            "approx_kl": 0.5 * masked_mean(log_ratio.square(), mask),
+            "ratio_mean": masked_mean(ratio, mask),
+        }
+    return loss, stats
+
+
+def value_loss(values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor,
+               cliprange_value: float) -> tuple[Tensor, dict[str, Tensor]]:
+    """Clipped value loss 0.5*masked_mean(max((V-R)^2, (V_clip-R)^2))."""
+    valid = mask > 0
+    values = torch.where(valid, values, torch.zeros_like(values))
+    old_values = torch.where(valid, old_values, torch.zeros_like(old_values))
+    returns = torch.where(valid, returns, torch.zeros_like(returns))
+    v_clip = old_values + (values - old_values).clamp(-cliprange_value, cliprange_value)
+    vf1, vf2 = (values - returns).square(), (v_clip - returns).square()
+    loss = 0.5 * masked_mean(torch.maximum(vf1, vf2), mask)
+    with torch.no_grad():
+        stats = {"value_clipfrac": masked_mean((vf2 > vf1).float(), mask)}
+    return loss, stats
+
+
+# --------------------------------------------------------------------------- batch
+@dataclass
+class PPOBatch:
+    """One rollout batch; the response is the last T columns of input_ids."""
+
+    input_ids: Tensor  # (B, L) long
+    attention_mask: Tensor  # (B, L)
+    response_mask: Tensor  # (B, T) float
+    old_logprobs: Tensor  # (B, T)
+    old_values: Tensor  # (B, T)
+    ref_logprobs: Tensor  # (B, T)
+    rewards: Tensor  # (B, T), already shaped per-token rewards
+    advantages: Tensor | None = None  # (B, T), set by prepare_advantages
+    returns: Tensor | None = None  # (B, T), set by prepare_advantages
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    def index(self, idx: Tensor | slice) -> PPOBatch:
+        """Rows idx of every tensor (a minibatch)."""
+        def take(t: Tensor | None) -> Tensor | None:
+            if t is None:
+                return None
+            return t[idx.to(t.device) if isinstance(idx, Tensor) else idx]
+
+        return PPOBatch(**{f.name: take(getattr(self, f.name)) for f in fields(self)})
+
+    def to(self, device: torch.device | str) -> PPOBatch:
+        """A copy on device."""
+        return PPOBatch(**{f.name: None if getattr(self, f.name) is None
+                           else getattr(self, f.name).to(device) for f in fields(self)})
+
+
+@torch.no_grad()
+def prepare_advantages(batch: PPOBatch, cfg: PPOConfig) -> PPOBatch:
+    """Fill batch.advantages / batch.returns by GAE (whitened if cfg says so); returns batch."""
+    mask = batch.response_mask
+    adv, ret = gae(batch.rewards.float(), batch.old_values.float(), mask, cfg.gamma, cfg.lam)
+    if cfg.whiten_advantages:
+        adv = masked_whiten(adv, mask)
+    batch.advantages, batch.returns = adv, ret
+    return batch
+
+
+# --------------------------------------------------------------------------- update
+def _field(out: Any, name: str, required: bool = True) -> Tensor | None:
+    value = out.get(name) if isinstance(out, Mapping) else getattr(out, name, None)
+    if value is None and required:
+        raise KeyError(f"policy.evaluate() output is missing {name!r}")
+    return value
+
+
+def _minibatch_loss(policy: Any, mb: PPOBatch, cfg: PPOConfig, kl_coef: float,
+                    evaluate_kwargs: Mapping[str, Any]) -> tuple[Tensor, dict[str, Tensor]]:
+    T, mask = mb.response_mask.shape[1], mb.response_mask
+    out = policy.evaluate(mb.input_ids, mb.attention_mask, n_response=T, **evaluate_kwargs)
+    logprobs, values = _field(out, "logprobs").float(), _field(out, "values").float()
+    if logprobs.shape != mask.shape or values.shape != mask.shape:
+        raise ValueError(f"evaluate() returned logprobs {tuple(logprobs.shape)}, values "
+                         f"{tuple(values.shape)}; expected {tuple(mask.shape)}")
+    pg, stats = policy_loss(logprobs, mb.old_logprobs.float(), mb.advantages, mask,
+                            cfg.cliprange)
+    vf, vstats = value_loss(values, mb.old_values.float(), mb.returns, mask,
+                            cfg.cliprange_value)
+    entropy = _field(out, "entropy", required=cfg.entropy_coef > 0)
+    entropy = masked_mean(entropy.float(), mask) if entropy is not None else pg.new_zeros(())
+    loss = pg + cfg.vf_coef * vf - cfg.entropy_coef * entropy
+    kl_loss = pg.new_zeros(())
+    if cfg.kl_in == "loss":
+        raw = _field(out, "raw_logprobs", required=False)
+        raw = logprobs if raw is None else raw.float()
+        kl_loss = kl_loss_term(raw, mb.ref_logprobs.float(), mask, cfg.kl_loss_estimator)
+        loss = loss + kl_coef * kl_loss
+    stats.update(vstats, policy_loss=pg.detach(), value_loss=vf.detach(), loss=loss.detach(),
+                 entropy=entropy.detach(), kl_loss=kl_loss.detach())
+    return loss, stats
+
+
+def ppo_update(policy: Any, optimizer: torch.optim.Optimizer, batch: PPOBatch, cfg: PPOConfig,
+               generator: torch.Generator | None = None, kl_coef: float | None = None,
+               evaluate_kwargs: Mapping[str, Any] | None = None,
+               backward: Callable[[Tensor], None] | None = None,
+               all_ok: Callable[[bool], bool] | None = None) -> dict[str, float]:
+    """Run cfg.ppo_epochs of clipped PPO on batch; return stats averaged over steps taken.
+
+    ``evaluate_kwargs`` are passed on to ``policy.evaluate`` (e.g. ``sampling=...`` so the
+    recomputed log-probs use the same distribution the rollout sampled from). Under DDP pass
+    ``backward=accelerator.backward`` and an ``all_ok`` that ANDs a flag over ranks, so every
+    rank skips the same minibatches (a one-sided skip would hang the gradient all-reduce).
+    """
+    backward = backward or Tensor.backward
+    all_ok = all_ok or bool
+    evaluate_kwargs = dict(evaluate_kwargs or {})
+    if cfg.kl_in == "loss" and kl_coef is None:
+        raise ValueError("kl_in='loss' needs kl_coef (the current KL controller value)")
+    if batch.advantages is None or batch.returns is None:
+        prepare_advantages(batch, cfg)
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    max_norm = cfg.max_grad_norm if cfg.max_grad_norm is not None else math.inf
+    B, step_size = len(batch), cfg.backward_batch_size
+    sums: dict[str, float] = {}
+    steps = skipped = epochs_run = 0
+    for epoch in range(cfg.ppo_epochs):
+        perm = torch.randperm(B, generator=generator)
+        epoch_kl = []
+        for start in range(0, B, step_size):
+            step_idx = perm[start:start + step_size]
+            optimizer.zero_grad(set_to_none=True)
+            step_stats: list[dict[str, Tensor]] = []
+            reason = None
+            for micro_idx in step_idx.split(cfg.mini_batch_size):
+                loss, stats = _minibatch_loss(policy, batch.index(micro_idx), cfg, kl_coef or 0.0,
+                                              evaluate_kwargs)
+                ratio, kl = stats["ratio_mean"].item(), stats["approx_kl"].item()
+                if not all(map(math.isfinite, (loss.item(), ratio, kl))):
+                    reason = f"non-finite loss={loss.item()}, ratio={ratio}, approx_kl={kl}"
+                elif ratio > cfg.ratio_threshold:
+                    reason = f"mean ratio {ratio:.3g} > ratio_threshold {cfg.ratio_threshold}"
+                if not all_ok(reason is None):
+                    reason = reason or "another rank skipped this minibatch"
+                if reason:
+                    break
+                backward(loss * (len(micro_idx) / len(step_idx)))
+                step_stats.append(stats)
+            if reason is None:
+                grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm).item()
+                if not math.isfinite(grad_norm):
+                    reason = f"non-finite grad norm {grad_norm}"
+            if reason:
+                optimizer.zero_grad(set_to_none=True)
+                skipped += 1
+                warnings.warn(f"PPO: skipping minibatch (epoch {epoch}, start {start}): {reason}",
+                              RuntimeWarning, stacklevel=2)
+                continue
+            optimizer.step()
+            steps += 1
+            for key in step_stats[0]:
+                value = sum(s[key].item() for s in step_stats) / len(step_stats)
+                sums[key] = sums.get(key, 0.0) + value
+            sums["grad_norm"] = sums.get("grad_norm", 0.0) + grad_norm
+            epoch_kl.append(sum(s["approx_kl"].item() for s in step_stats) / len(step_stats))
+        epochs_run += 1
+        if cfg.early_stop_kl is not None and epoch_kl and (
+                sum(epoch_kl) / len(epoch_kl) > cfg.early_stop_kl):
+            break
+    optimizer.zero_grad(set_to_none=True)
+    keys = ("policy_loss", "value_loss", "loss", "kl_loss", "clipfrac", "value_clipfrac",
+            "approx_kl", "entropy", "ratio_mean", "grad_norm")
+    result = {k: sums[k] / steps if steps else float("nan") for k in keys}
+    result.update(skipped_batches=float(skipped), epochs_run=float(epochs_run),
+                  optimizer_steps=float(steps))
+    return result
