@@ -140,5 +140,14 @@ class BatchedCoryEnv:
         mask = np.concatenate([ep.mask[PIONEER], ep.mask[OBSERVER]], axis=1)
         return {"input_ids": self._tensor(ids), "attention_mask": self._tensor(mask).long()}
 
+    def rng_state(self) -> dict:
+        """The query sampler's RNG state (for checkpoints)."""
+        return {"rng": self._rng.bit_generator.state, "swap_roles": self.swap_roles}
+
+    def set_rng_state(self, state: dict) -> None:
+        """Restore what rng_state() returned."""
+        self._rng.bit_generator.state = state["rng"]
+        self.swap_roles = state["swap_roles"]
+
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.array(array)).to(self.device)

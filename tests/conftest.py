@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from cory_env import Query, Task
+
+torch.set_num_threads(1)  # tiny models: one thread is fastest and robust to a busy machine
 
 WORDS = ["<eos>", "the", "movie", "was", "good", "bad", "great", "awful", "plot", "acting",
          "is", "very", "not", "I", "liked", "it", "more", "positive", ":", '"', "can", "make",

@@ -77,7 +77,8 @@ def test_imdb_task_loads_filters_and_scores_with_the_classifier(hf_folders):
 
 
 def test_gsm8k_task_template_answers_and_reward(hf_folders):
-    task = make_task("gsm8k", dataset=str(hf_folders / "gsm8k"), tokenizer=str(hf_folders / "policy"))
+    task = make_task("gsm8k", dataset=str(hf_folders / "gsm8k"),
+                     tokenizer=str(hf_folders / "policy"))
     train, test = task.queries("train"), task.queries("test")
     assert train[0].answer == "7" and test[0].answer == "2400"
     assert task.pioneer_template.startswith(GSM8K_ONE_SHOT)

@@ -63,7 +63,8 @@ class IMDBTask(Task):
         super().__init__()
         self.dataset, self.reward_model_name, self.tokenizer_name = dataset, reward_model, tokenizer
         self.min_chars, self.prompt_tokens, self.max_queries = min_chars, prompt_tokens, max_queries
-        self.reward_device, self.reward_batch_size, self.seed = reward_device, reward_batch_size, seed
+        self.reward_device, self.reward_batch_size = reward_device, reward_batch_size
+        self.seed = seed
         self._classifier = None
 
     def build_tokenizer(self):

@@ -1,0 +1,1 @@
+"""agents: LLM policies as MARL agents, token-level PPO, and the swappable learners."""

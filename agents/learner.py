@@ -1,0 +1,223 @@
+"""Learners: the swappable algorithms that turn rollouts into updates.
+
+A learner owns one `PPOAgent` (policy + optimizer + KL controller + score statistics) per LLM,
+says how the env must be set up (`env_settings`), which roles to play each iteration
+(`reset_options`), and updates from the finished turns (`update`). To add an algorithm,
+subclass `Learner` in one file and decorate it with `@register_learner("name")`;
+`agents/reinforce.py` is the worked example.
+
+CORY itself is a few lines here: IPPO on an env with knowledge transfer and the collective
+reward, plus the role schedule below. Role exchange flips the env's agent-order flag, so each
+model keeps its own optimizer, KL controller and score statistics across exchanges.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from .metrics import turn_metrics
+from .policy import SamplingConfig
+from .ppo import (
+    PPOBatch,
+    PPOConfig,
+    RunningMoments,
+    kl_per_token,
+    make_kl_controller,
+    ppo_update,
+    scale_scores,
+    token_rewards,
+)
+from .rollout import Turn
+
+
+@dataclass
+class LearnerConfig:
+    """What a learner needs besides its policies: PPO settings, sampling and CORY's structure."""
+
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    knowledge_transfer: bool = True  # the observer sees the pioneer's answer
+    reward_mode: str = "collective"  # "collective" or "individual"
+    role_exchange: bool = True  # swap pioneer and observer every t_rex iterations
+    t_rex: int = 5
+    eta: float | None = None  # weight of KL in the combined reward; None -> current beta
+
+    def validate(self) -> LearnerConfig:
+        """Raise ValueError naming the bad field."""
+        if not isinstance(self.t_rex, int) or self.t_rex < 1:
+            raise ValueError(f"t_rex must be a positive integer, got {self.t_rex!r}")
+        if self.reward_mode not in ("collective", "individual"):
+            raise ValueError(f"reward_mode must be 'collective' or 'individual', "
+                             f"got {self.reward_mode!r}")
+        self.ppo.validate()
+        return self
+
+
+def pioneer_is_swapped(iteration: int, t_rex: int) -> bool:
+    """CORY's role schedule: llm_1 is the pioneer in every other block of t_rex iterations."""
+    return (iteration // t_rex) % 2 == 1
+
+
+class PPOAgent:
+    """One LLM's learning state: policy, Adam, KL controller and running score statistics."""
+
+    def __init__(self, policy, cfg: PPOConfig):
+        self.policy, self.cfg = policy, cfg
+        self.optimizer = torch.optim.Adam(policy.trainable_parameters(), lr=cfg.lr)
+        self.kl_ctl = make_kl_controller(cfg)
+        self.score_stats = RunningMoments()
+
+    @property
+    def beta(self) -> float:
+        """The current KL coefficient."""
+        return float(self.kl_ctl.value)
+
+    def penalty(self, turn: Turn) -> torch.Tensor:
+        """The per-token KL estimate chosen by cfg.kl_penalty, masked."""
+        if self.cfg.kl_penalty == "full":
+            return turn.full_kl
+        return kl_per_token(turn.raw_logprobs, turn.ref_logprobs, self.cfg.kl_penalty) \
+            * turn.response_mask
+
+    def batch(self, turn: Turn, scores: torch.Tensor | None = None) -> PPOBatch:
+        """Shape a turn into a PPO batch: -beta*KL per token plus the score on the last one."""
+        if getattr(self.policy, "is_quantized", False):
+            turn = self.recompute(turn)
+        scores = scale_scores(turn.reward if scores is None else scores, self.score_stats,
+                              self.cfg)
+        beta = self.beta if self.cfg.kl_in == "reward" else 0.0
+        rewards = token_rewards(scores, self.penalty(turn), turn.response_mask, beta)
+        return PPOBatch(input_ids=turn.input_ids, attention_mask=turn.attention_mask,
+                        response_mask=turn.response_mask, old_logprobs=turn.logprobs,
+                        old_values=turn.values, ref_logprobs=turn.ref_logprobs, rewards=rewards)
+
+    def recompute(self, turn: Turn, sampling=None) -> Turn:
+        """Old log-probs and values from a full pass (4-bit decoding kernels differ from it)."""
+        with torch.no_grad():
+            ev = self.policy.evaluate(turn.input_ids, turn.attention_mask,
+                                      turn.response_mask.shape[1], sampling=sampling)
+        turn.logprobs = ev.logprobs.float() * turn.response_mask
+        turn.values = ev.values.float() * turn.response_mask
+        return turn
+
+    def learn(self, batch: PPOBatch, turn: Turn, sampling, generator) -> dict[str, float]:
+        """Run PPO on the batch, then update beta from this batch's KL."""
+        stats = ppo_update(self.policy, self.optimizer, batch, self.cfg, generator=generator,
+                           kl_coef=self.beta, evaluate_kwargs={"sampling": sampling})
+        stats["beta"] = self.beta
+        self.kl_ctl.update(float(self.penalty(turn).sum(1).mean()), len(batch))
+        return stats
+
+    def state_dict(self) -> dict:
+        """Optimizer, KL controller and score statistics (weights are saved by the policy)."""
+        return {"optimizer": self.optimizer.state_dict(), "kl_ctl": self.kl_ctl.state_dict(),
+                "score_stats": self.score_stats.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what state_dict saved."""
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.kl_ctl.load_state_dict(state["kl_ctl"])
+        self.score_stats.load_state_dict(state["score_stats"])
+
+
+class Learner:
+    """Base learner: one PPOAgent per LLM; subclasses override `update` (and maybe more)."""
+
+    name = "base"
+    n_agents = 2  # 1 for single-agent learners
+
+    def __init__(self, policies: dict, cfg: LearnerConfig, seed: int = 0):
+        self.cfg = cfg.validate()
+        self.policies = dict(policies)
+        self.agents = {name: PPOAgent(p, self.agent_config(name)) for name, p in policies.items()}
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def agent_config(self, agent: str) -> PPOConfig:
+        """The PPO settings of one agent (all share cfg.ppo by default)."""
+        return replace(self.cfg.ppo)
+
+    def env_settings(self) -> dict:
+        """Env keywords this learner needs (structure flags of CORY)."""
+        return {"knowledge_transfer": self.cfg.knowledge_transfer,
+                "reward_mode": self.cfg.reward_mode, "single_agent": self.n_agents == 1}
+
+    def reset_options(self, iteration: int) -> dict:
+        """Per-iteration env options: the role schedule."""
+        swap = self.cfg.role_exchange and pioneer_is_swapped(iteration, self.cfg.t_rex)
+        return {"swap_roles": swap}
+
+    def update(self, turns: dict[str, Turn], iteration: int) -> dict[str, dict[str, float]]:
+        """Learn from one rollout; return per-agent stats."""
+        raise NotImplementedError
+
+    def metrics(self, turns: dict[str, Turn], stats: dict) -> dict[str, dict[str, float]]:
+        """Per-agent metrics of an iteration (task reward, KL, combined reward, ...)."""
+        collective = sum(t.task_reward for t in turns.values())
+        out = {}
+        for agent, turn in turns.items():
+            beta = self.agents[agent].beta if agent in self.agents else 0.0
+            eta = beta if self.cfg.eta is None else self.cfg.eta
+            out[agent] = {**turn_metrics(turn, eta), "collective_reward":
+                          float(collective.mean()), **stats.get(agent, {})}
+        return out
+
+    def state_dict(self) -> dict:
+        """Everything but the weights: per-agent optimizer/KL/score state and the RNG."""
+        return {"agents": {a: s.state_dict() for a, s in self.agents.items()},
+                "generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what state_dict saved."""
+        for agent, s in state["agents"].items():
+            self.agents[agent].load_state_dict(s)
+        self.generator.set_state(state["generator"])
+
+
+_LEARNERS: dict[str, type[Learner]] = {}
+
+
+def register_learner(name: str):
+    """Class decorator: make a Learner available by name (CLI, benchmarks)."""
+
+    def add(cls):
+        cls.name = name
+        _LEARNERS[name] = cls
+        return cls
+
+    return add
+
+
+def learner_class(name: str) -> type[Learner]:
+    """The Learner class registered under name."""
+    if name not in _LEARNERS:
+        raise ValueError(f"unknown learner {name!r}; registered: {sorted(_LEARNERS)}")
+    return _LEARNERS[name]
+
+
+def registered_learners() -> list[str]:
+    """Names of all registered learners."""
+    return sorted(_LEARNERS)
+
+
+@register_learner("ippo")
+class IPPO(Learner):
+    """Independent PPO: each LLM learns from its own turn with its own critic."""
+
+    def update(self, turns, iteration):
+        """PPO on each agent's own turn."""
+        return {agent: self.agents[agent].learn(self.agents[agent].batch(turn), turn,
+                                                self.cfg.sampling, self.generator)
+                for agent, turn in turns.items()}
+
+
+@register_learner("ppo")
+class PPO(IPPO):
+    """The single-agent baseline: one LLM, no observer, its own reward."""
+
+    n_agents = 1
+
+    def reset_options(self, iteration):
+        """A single LLM never exchanges roles."""
+        return {"swap_roles": False}

@@ -1,0 +1,55 @@
+"""Per-iteration metrics: task reward, KL, the paper's combined reward, collapse detectors."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+
+def ngrams(words: Sequence[str], n: int) -> list[tuple[str, ...]]:
+    """All n-grams of a word list."""
+    return [tuple(words[i:i + n]) for i in range(len(words) - n + 1)]
+
+
+def distinct_n(texts: Sequence[str], n: int) -> float:
+    """Distinct n-grams over all n-grams across texts (Li et al. 2016); 0 when there are none."""
+    grams = [g for t in texts for g in ngrams(t.split(), n)]
+    return len(set(grams)) / len(grams) if grams else 0.0
+
+
+def repetition_rate(texts: Sequence[str]) -> float:
+    """Share of words that repeat an earlier word of the same text (collapse detector)."""
+    repeated = total = 0
+    for text in texts:
+        words = text.split()
+        repeated += len(words) - len(set(words))
+        total += len(words)
+    return repeated / total if total else 0.0
+
+
+def turn_metrics(turn, eta: float, n_samples: int = 3) -> dict:
+    """Metrics of one agent's turn; `combined_reward` = task reward - eta * sum KL."""
+    mask = turn.response_mask
+    kl = turn.full_kl.sum(1)
+    task = turn.task_reward.float()
+    entropy = -(turn.raw_logprobs * mask).sum() / mask.sum().clamp_min(1)
+    return {
+        "role": turn.role,
+        "task_reward": float(task.mean()),
+        "task_reward_std": float(task.std()) if len(task) > 1 else 0.0,
+        "kl": float(kl.mean()),
+        "combined_reward": float((task - eta * kl).mean()),
+        "eta": float(eta),
+        "response_length": float(turn.lengths.float().mean()),
+        "sampled_neg_logprob": float(entropy),
+        "distinct_1": distinct_n(turn.texts, 1),
+        "distinct_2": distinct_n(turn.texts, 2),
+        "repetition_rate": repetition_rate(turn.texts),
+        "samples": list(turn.texts[:n_samples]),
+    }
+
+
+def stack_mean(values: Sequence[float]) -> float:
+    """Mean of floats (nan for none)."""
+    return float(torch.tensor(values, dtype=torch.float64).mean()) if values else float("nan")

@@ -1,0 +1,37 @@
+"""The worked example of a new learner: critic-free REINFORCE with a group baseline.
+
+Everything a learner needs fits in this file: subclass `Learner`, register it, implement
+`update`. Here each response's return is its env reward minus beta * (summed KL); the
+advantage is that return minus the batch mean, divided by the batch std (GRPO-style), spread
+over every token of the response; the clipped PPO loss is reused with the value loss off.
+
+    python -m benchmarks.run --methods ppo,reinforce     # it is now a method like any other
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .learner import Learner, register_learner
+
+
+@register_learner("reinforce")
+class Reinforce(Learner):
+    """REINFORCE with a batch-mean baseline and no critic."""
+
+    def agent_config(self, agent):
+        """No critic: the value loss is off."""
+        return replace(self.cfg.ppo, vf_coef=0.0)
+
+    def update(self, turns, iteration):
+        """One clipped policy-gradient update per agent from sequence-level advantages."""
+        stats = {}
+        for name, turn in turns.items():
+            agent = self.agents[name]
+            batch = agent.batch(turn)  # per-token rewards: -beta*KL + score on the last token
+            returns = (batch.rewards * turn.response_mask).sum(1)
+            adv = (returns - returns.mean()) / (returns.std() + 1e-8)
+            batch.advantages = adv[:, None] * turn.response_mask
+            batch.returns = returns[:, None] * turn.response_mask
+            stats[name] = agent.learn(batch, turn, self.cfg.sampling, self.generator)
+        return stats

@@ -1,0 +1,102 @@
+"""Roll LLM policies through the batched CORY env and record each agent's turn as tensors.
+
+One rollout = B episodes: the pioneer's turn (KV-cached decoding, one forward per token), then
+the observer's turn on the prompts the env built from the pioneer's tokens. The log-prob, value
+and raw log-softmax of every token come from the same forward pass that sampled it; the
+reference model runs once per turn as one batched pass, giving the exact per-token KL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+
+import torch
+
+from cory_env import BatchedCoryEnv
+
+from .ppo import full_kl
+
+
+@dataclass
+class Turn:
+    """One agent's finished turn over a batch; per-token tensors are (B, T)."""
+
+    agent: str
+    role: str
+    input_ids: torch.Tensor  # (B, P + T): prompt right-aligned, then the response
+    attention_mask: torch.Tensor  # (B, P + T)
+    response_mask: torch.Tensor  # (B, T) float
+    logprobs: torch.Tensor  # under the distribution sampled from
+    raw_logprobs: torch.Tensor  # under the untransformed policy
+    values: torch.Tensor
+    ref_logprobs: torch.Tensor
+    full_kl: torch.Tensor  # exact KL(pi || pi_ref) at each response position
+    task_reward: torch.Tensor  # (B,) this agent's own task reward
+    reward: torch.Tensor  # (B,) what the env paid it: collective or individual
+    texts: list[str]
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        """Response lengths in tokens (EOS included)."""
+        return self.response_mask.sum(1)
+
+    def to(self, device) -> Turn:
+        """A copy with every tensor on device."""
+        return Turn(**{f.name: (v.to(device) if torch.is_tensor(v) else v)
+                       for f in fields(self) for v in [getattr(self, f.name)]})
+
+
+@torch.inference_mode()
+def rollout(env: BatchedCoryEnv, policies: Mapping[str, object], sampling=None,
+            generator: torch.Generator | None = None, reset_options: dict | None = None,
+            seed: int | None = None) -> dict[str, Turn]:
+    """Play one batch of episodes; return each agent's Turn (keys: env.agents)."""
+    obs = env.reset(seed=seed, options=reset_options)
+    P, T = env.prompt_len, env.max_new_tokens
+    partial = {}
+    while not env.finished:
+        agent, role = env.agent_selection, env.role
+        policy = policies[agent]
+        device = policy.device
+        ids, mask = obs["input_ids"].to(device), obs["attention_mask"].to(device)
+        state = policy.begin(ids[:, :P], mask[:, :P], sampling)
+        steps = []
+        while True:
+            active = obs["active"].to(device)
+            step = policy.sample(state, generator)
+            steps.append(step)
+            obs, rewards, _, _, infos = env.step(step.token)
+            if env.finished or env.agent_selection != agent:
+                break
+            policy.feed(state, step.token, active)
+        partial[agent] = (role, steps, policy)
+    turns = {}
+    for agent, (role, steps, policy) in partial.items():
+        turns[agent] = _finish_turn(env, agent, role, steps, policy, T,
+                                    rewards[agent], infos[agent])
+    return turns
+
+
+def _finish_turn(env, agent, role, steps, policy, T, reward, info) -> Turn:
+    device = policy.device
+    seq = env.turn(agent)
+    ids, mask = seq["input_ids"].to(device), seq["attention_mask"].to(device)
+    response_mask = seq["response_mask"].to(device)
+    pad = T - len(steps)
+
+    def stack(name):
+        x = torch.stack([getattr(s, name) for s in steps], dim=1).float()
+        return torch.nn.functional.pad(x, (0, pad) if x.dim() == 2 else (0, 0, 0, pad))
+
+    logsoftmax = stack("logsoftmax")  # (B, T, V)
+    ref = policy.reference_logsoftmax(ids, mask, T).float()
+    response = ids[:, -T:]
+    ref_logprobs = ref.gather(-1, response.unsqueeze(-1)).squeeze(-1) * response_mask
+    kl = full_kl(logsoftmax, ref) * response_mask
+    return Turn(agent=agent, role=role, input_ids=ids, attention_mask=mask,
+                response_mask=response_mask, logprobs=stack("logprob") * response_mask,
+                raw_logprobs=stack("raw_logprob") * response_mask,
+                values=stack("value") * response_mask, ref_logprobs=ref_logprobs, full_kl=kl,
+                task_reward=info["task_reward"].to(device), reward=reward.to(device),
+                texts=list(info["response"]))

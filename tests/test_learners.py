@@ -1,0 +1,131 @@
+"""Learners on the batched env: role exchange, determinism, learning curves that move."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import ToyTask, toy_tokenizer
+from transformers import GPT2Config, GPT2LMHeadModel
+
+import cory_env
+from agents.learner import pioneer_is_swapped
+from agents.mappo import compact, joint_gae, uncompact
+from agents.ppo import PPOConfig, gae
+from agents.train import METHODS, TrainConfig, Trainer, known_methods
+
+cory_env.register_task("toy", ToyTask)
+
+
+@pytest.fixture(scope="module")
+def toy_lm(tmp_path_factory):
+    """A tiny random GPT-2 with the toy tokenizer, saved as an HF folder."""
+    path = tmp_path_factory.mktemp("toylm")
+    tok = toy_tokenizer()
+    tok.save_pretrained(path)
+    torch.manual_seed(0)
+    cfg = GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=len(tok), n_positions=64,
+                     eos_token_id=tok.eos_token_id, bos_token_id=tok.eos_token_id)
+    GPT2LMHeadModel(cfg).save_pretrained(path)
+    return str(path)
+
+
+def config(toy_lm, method, **kw):
+    ppo = PPOConfig(batch_size=16, mini_batch_size=8, lr=3e-3, init_kl_coef=0.05)
+    return TrainConfig(task="toy", method=method, model=toy_lm, batch_size=16, ppo=ppo,
+                       iterations=kw.pop("iterations", 4), **kw)
+
+
+def numbers(metrics):
+    """Metrics without wall-clock timings, for exact comparison."""
+    return {k: v for k, v in metrics.items() if not k.startswith("time_")}
+
+
+def test_role_schedule():
+    assert [pioneer_is_swapped(i, 5) for i in range(12)] == [False] * 5 + [True] * 5 + [False] * 2
+
+
+def test_role_exchange_keeps_optimizer_state_and_flips_first_agent(toy_lm):
+    trainer = Trainer(config(toy_lm, "cory", t_rex=2, iterations=3))
+    agents = trainer.learner.agents
+    optimizers = {a: s.optimizer for a, s in agents.items()}
+    kl_ctls = {a: s.kl_ctl for a, s in agents.items()}
+    m0, m1 = trainer.step(), trainer.step()
+    assert m0["llm_0"]["role"] == "pioneer" and not m0["swap_roles"]
+    moments = {a: [st["exp_avg"].clone() for st in s.optimizer.state.values()]
+               for a, s in agents.items()}
+    steps = {a: [int(st["step"]) for st in s.optimizer.state.values()] for a, s in agents.items()}
+    m2 = trainer.step()  # iteration 2: the roles are exchanged
+    assert m2["swap_roles"] and m2["llm_1"]["role"] == "pioneer"
+    assert m2["llm_0"]["role"] == "observer"
+    for a, s in agents.items():
+        assert s.optimizer is optimizers[a] and s.kl_ctl is kl_ctls[a]
+        # Adam kept its moments: the step count went on from where it was
+        assert [int(st["step"]) for st in s.optimizer.state.values()] == \
+            [n + m1[a]["optimizer_steps"] for n in steps[a]]
+        assert all(st["exp_avg"].abs().sum() > 0 for st in s.optimizer.state.values())
+        assert any(not torch.equal(a_, b_) for a_, b_ in
+                   zip(moments[a], [st["exp_avg"] for st in s.optimizer.state.values()]))
+
+
+@pytest.mark.parametrize("method", ["ppo", "cory", "mappo", "reinforce"])
+def test_learners_raise_the_task_reward(toy_lm, method):
+    trainer = Trainer(config(toy_lm, method, iterations=10, seed=1))
+    curve = [m["llm_0"]["task_reward"] for m in trainer.run()]
+    assert sum(curve[-3:]) / 3 > sum(curve[:3]) / 3 + 0.5, curve
+
+
+def test_same_seed_same_metrics(toy_lm):
+    a = [numbers(m) for m in Trainer(config(toy_lm, "cory", iterations=2)).run()]
+    b = [numbers(m) for m in Trainer(config(toy_lm, "cory", iterations=2)).run()]
+    assert a == b
+
+
+def test_method_presets_set_the_env_structure(toy_lm):
+    for method, kt, mode in [("cory", True, "collective"), ("cory-no-kt", False, "collective"),
+                             ("cory-individual", True, "individual")]:
+        trainer = Trainer(config(toy_lm, method, iterations=1))
+        assert trainer.env.config.knowledge_transfer is kt
+        assert trainer.env.config.reward_mode == mode
+    trainer = Trainer(config(toy_lm, "cory-no-re"))
+    assert all(not trainer.learner.reset_options(i)["swap_roles"] for i in range(20))
+    assert Trainer(config(toy_lm, "ppo")).env.config.single_agent
+    assert set(METHODS) <= set(known_methods()) and "reinforce" in known_methods()
+
+
+def test_bad_train_config_names_the_field(toy_lm):
+    with pytest.raises(ValueError, match="unknown method 'sac'"):
+        Trainer(config(toy_lm, "sac"))
+    with pytest.raises(ValueError, match="iterations must be a positive integer, got 0"):
+        config(toy_lm, "ppo", iterations=0).validate()
+    bad = config(toy_lm, "ppo")
+    bad.batch_size = 12  # not divisible by mini_batch_size 8
+    with pytest.raises(ValueError, match="batch_size=12"):
+        bad.validate()
+
+
+def test_joint_gae_skips_gaps_like_a_compact_sequence():
+    torch.manual_seed(0)
+    mask = torch.tensor([[1, 1, 0, 1, 0], [1, 0, 0, 1, 1]], dtype=torch.float)
+    rewards, values = torch.randn(2, 5) * mask, torch.randn(2, 5) * mask
+    adv, ret = joint_gae(rewards, values, mask, 1.0, 0.95)
+    for row in range(2):
+        idx = mask[row].nonzero().squeeze(1)
+        a, r = gae(rewards[row, idx][None], values[row, idx][None], torch.ones(1, len(idx)),
+                   1.0, 0.95)
+        torch.testing.assert_close(adv[row, idx], a[0])
+        torch.testing.assert_close(ret[row, idx], r[0])
+    x, order = compact(torch.arange(5.0).expand(2, 5), mask)
+    assert torch.equal(uncompact(x, order), torch.arange(5.0).expand(2, 5))
+
+
+@pytest.mark.parametrize("method", ["cory", "mappo"])
+def test_resume_from_checkpoint_equals_uninterrupted_run(toy_lm, tmp_path, method):
+    full = [numbers(m) for m in Trainer(config(toy_lm, method, iterations=4, t_rex=1)).run()]
+    first = Trainer(config(toy_lm, method, iterations=4, t_rex=1))
+    head = [numbers(first.step()) for _ in range(2)]
+    first.save(str(tmp_path / "ckpt.pt"))
+    del first
+    resumed = Trainer(config(toy_lm, method, iterations=4, t_rex=1))
+    resumed.load(str(tmp_path / "ckpt.pt"))
+    tail = [numbers(m) for m in resumed.run()]
+    assert head + tail == full
