@@ -63,11 +63,12 @@ def pioneer_is_swapped(iteration: int, t_rex: int) -> bool:
 class PPOAgent:
     """One LLM's learning state: policy, Adam, KL controller and running score statistics."""
 
-    def __init__(self, policy, cfg: PPOConfig):
-        self.policy, self.cfg = policy, cfg
+    def __init__(self, policy, cfg: PPOConfig, sampling: SamplingConfig | None = None):
+        self.policy, self.cfg, self.sampling = policy, cfg, sampling
         self.optimizer = torch.optim.Adam(policy.trainable_parameters(), lr=cfg.lr)
         self.kl_ctl = make_kl_controller(cfg)
         self.score_stats = RunningMoments()
+        self.backward = self.all_ok = None  # multi-process hooks (see agents/distributed.py)
 
     @property
     def beta(self) -> float:
@@ -93,19 +94,20 @@ class PPOAgent:
                         response_mask=turn.response_mask, old_logprobs=turn.logprobs,
                         old_values=turn.values, ref_logprobs=turn.ref_logprobs, rewards=rewards)
 
-    def recompute(self, turn: Turn, sampling=None) -> Turn:
+    def recompute(self, turn: Turn) -> Turn:
         """Old log-probs and values from a full pass (4-bit decoding kernels differ from it)."""
         with torch.no_grad():
             ev = self.policy.evaluate(turn.input_ids, turn.attention_mask,
-                                      turn.response_mask.shape[1], sampling=sampling)
+                                      turn.response_mask.shape[1], sampling=self.sampling)
         turn.logprobs = ev.logprobs.float() * turn.response_mask
         turn.values = ev.values.float() * turn.response_mask
         return turn
 
-    def learn(self, batch: PPOBatch, turn: Turn, sampling, generator) -> dict[str, float]:
+    def learn(self, batch: PPOBatch, turn: Turn, generator) -> dict[str, float]:
         """Run PPO on the batch, then update beta from this batch's KL."""
         stats = ppo_update(self.policy, self.optimizer, batch, self.cfg, generator=generator,
-                           kl_coef=self.beta, evaluate_kwargs={"sampling": sampling})
+                           kl_coef=self.beta, evaluate_kwargs={"sampling": self.sampling},
+                           backward=self.backward, all_ok=self.all_ok)
         stats["beta"] = self.beta
         self.kl_ctl.update(float(self.penalty(turn).sum(1).mean()), len(batch))
         return stats
@@ -131,7 +133,8 @@ class Learner:
     def __init__(self, policies: dict, cfg: LearnerConfig, seed: int = 0):
         self.cfg = cfg.validate()
         self.policies = dict(policies)
-        self.agents = {name: PPOAgent(p, self.agent_config(name)) for name, p in policies.items()}
+        self.agents = {name: PPOAgent(p, self.agent_config(name), cfg.sampling)
+                       for name, p in policies.items()}
         self.generator = torch.Generator().manual_seed(seed)
 
     def agent_config(self, agent: str) -> PPOConfig:
@@ -208,7 +211,7 @@ class IPPO(Learner):
     def update(self, turns, iteration):
         """PPO on each agent's own turn."""
         return {agent: self.agents[agent].learn(self.agents[agent].batch(turn), turn,
-                                                self.cfg.sampling, self.generator)
+                                                self.generator)
                 for agent, turn in turns.items()}
 
 

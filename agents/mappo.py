@@ -93,7 +93,7 @@ class MAPPO(IPPO):
             batch.advantages = masked_whiten(adv[:, cols], turn.response_mask) \
                 if cfg.whiten_advantages else adv[:, cols]
             batch.returns = returns[:, cols]
-            stats[turn.agent] = agent.learn(batch, turn, self.cfg.sampling, self.generator)
+            stats[turn.agent] = agent.learn(batch, turn, self.generator)
         critic_stats = self.update_critic(ids, mask, rmask, old_values, returns)
         for s in stats.values():
             s.update(critic_stats)

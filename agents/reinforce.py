@@ -33,5 +33,5 @@ class Reinforce(Learner):
             adv = (returns - returns.mean()) / (returns.std() + 1e-8)
             batch.advantages = adv[:, None] * turn.response_mask
             batch.returns = returns[:, None] * turn.response_mask
-            stats[name] = agent.learn(batch, turn, self.cfg.sampling, self.generator)
+            stats[name] = agent.learn(batch, turn, self.generator)
         return stats

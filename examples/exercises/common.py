@@ -1,0 +1,46 @@
+"""Shared helpers for the exercises: a `colours` task, a tiny LM for it and a short config."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from agents.ppo import PPOConfig
+from agents.train import TrainConfig
+from cory_env import register_task
+from cory_env.tasks.course import COLOURS, CourseTask, course_tokenizer
+
+
+@register_task("colours")
+class ColoursTask(CourseTask):
+    """The course prompts, but the reward counts colour words in the answer (0, 1 or 2)."""
+
+    name = "colours"
+
+    def reward(self, queries, responses):
+        """Number of colour words in each response."""
+        return np.array([sum(w in COLOURS for w in r.split()) for r in responses],
+                        dtype=np.float32)
+
+
+def course_lm(folder: str) -> str:
+    """Write a tiny random GPT-2 with the course tokenizer into folder (once); return it."""
+    if not os.path.exists(os.path.join(folder, "config.json")):
+        tok = course_tokenizer()
+        tok.save_pretrained(folder)
+        torch.manual_seed(0)
+        cfg = GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=len(tok), n_positions=32,
+                         eos_token_id=tok.eos_token_id, bos_token_id=tok.eos_token_id)
+        GPT2LMHeadModel(cfg).save_pretrained(folder)
+    return folder
+
+
+def course_config(method: str, model: str, iterations: int = 8, seed: int = 0) -> TrainConfig:
+    """A fast training config on the colours task (seconds on a laptop CPU)."""
+    ppo = PPOConfig(batch_size=16, mini_batch_size=8, lr=1e-2, init_kl_coef=0.02,
+                    kl_penalty="kl")
+    return TrainConfig(task="colours", method=method, model=model, iterations=iterations,
+                       batch_size=16, seed=seed, t_rex=3, ppo=ppo)

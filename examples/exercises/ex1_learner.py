@@ -1,0 +1,61 @@
+"""Exercise 1 (solution): your own learner, REINFORCE with a moving-average baseline.
+
+Run: python -m examples.exercises.ex1_learner
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from dataclasses import replace
+
+from agents.learner import Learner, register_learner
+from agents.train import Trainer
+
+from .common import course_config, course_lm
+
+
+@register_learner("reinforce-ema")
+class ReinforceEMA(Learner):
+    """REINFORCE: advantage = return - moving average of past returns; no critic."""
+
+    decay = 0.9
+
+    def __init__(self, policies, cfg, seed=0):
+        super().__init__(policies, cfg, seed)
+        self.baseline = {name: None for name in policies}
+
+    def agent_config(self, agent):
+        """No critic, so no value loss."""
+        return replace(self.cfg.ppo, vf_coef=0.0)
+
+    def update(self, turns, iteration):
+        """Sequence-level advantages against each agent's running baseline."""
+        stats = {}
+        for name, turn in turns.items():
+            agent = self.agents[name]
+            batch = agent.batch(turn)
+            returns = batch.rewards.sum(1)
+            base = self.baseline[name]
+            base = returns.mean() if base is None else base
+            batch.advantages = (returns - base)[:, None] * turn.response_mask
+            batch.returns = returns[:, None] * turn.response_mask
+            self.baseline[name] = self.decay * base + (1 - self.decay) * returns.mean()
+            stats[name] = agent.learn(batch, turn, self.generator)
+        return stats
+
+
+def main(argv=None) -> list[float]:
+    """Train reinforce-ema on the colours task; print and return llm_0's reward curve."""
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--iterations", type=int, default=8)
+    args = p.parse_args(argv)
+    model = course_lm(tempfile.mkdtemp(prefix="course-lm-"))
+    curve = [m["llm_0"]["task_reward"] for m in
+             Trainer(course_config("reinforce-ema", model, args.iterations)).run()]
+    print(f"first={curve[0]:.3f} last={curve[-1]:.3f}")
+    return curve
+
+
+if __name__ == "__main__":
+    main()
