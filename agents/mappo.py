@@ -66,7 +66,9 @@ class MAPPO(IPPO):
 
     def update(self, turns, iteration):
         """Joint GAE with the centralized critic, then PPO per actor and a critic update."""
-        pio, obs, ids, mask, rmask = self.joint(turns)
+        home = turns  # each agent's turn on its own device; the joint part runs on the critic's
+        pio, obs, ids, mask, rmask = self.joint({a: t.to(self.critic.device)
+                                                 for a, t in turns.items()})
         T, cfg = pio.response_mask.shape[1], self.cfg.ppo
         with torch.no_grad():
             old_values = self.critic_values(ids, mask, 2 * T) * rmask
@@ -86,13 +88,15 @@ class MAPPO(IPPO):
                                             obs.response_mask, 0.0)
         adv, returns = joint_gae(rewards, old_values, rmask, cfg.gamma, cfg.lam)
         stats = {}
-        for k, turn in enumerate((pio, obs)):
+        for k, joint_turn in enumerate((pio, obs)):
+            turn = home[joint_turn.agent]
             agent = self.agents[turn.agent]
             batch = agent.batch(turn)
             cols = slice(k * T, (k + 1) * T)
-            batch.advantages = masked_whiten(adv[:, cols], turn.response_mask) \
-                if cfg.whiten_advantages else adv[:, cols]
-            batch.returns = returns[:, cols]
+            a, r = adv[:, cols].to(turn.response_mask.device), returns[:, cols]
+            batch.advantages = masked_whiten(a, turn.response_mask) \
+                if cfg.whiten_advantages else a
+            batch.returns = r.to(turn.response_mask.device)
             stats[turn.agent] = agent.learn(batch, turn, self.generator)
         critic_stats = self.update_critic(ids, mask, rmask, old_values, returns)
         for s in stats.values():

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -76,21 +77,86 @@ class TrainConfig:
 
     def validate(self) -> TrainConfig:
         """Check the config before any model is loaded, naming the bad field."""
+        from cory_env import registered_tasks
+
         method_spec(self.method)
+        if isinstance(self.task, str) and self.task not in registered_tasks():
+            raise ValueError(f"unknown task {self.task!r}; registered: {registered_tasks()}")
         for name in ("iterations", "batch_size", "t_rex"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.max_new_tokens is not None and (not isinstance(self.max_new_tokens, int)
+                                                or self.max_new_tokens < 1):
+            raise ValueError(f"max_new_tokens must be None or a positive integer, "
+                             f"got {self.max_new_tokens!r}")
         if self.ppo.batch_size != self.batch_size:
             self.ppo = dataclasses.replace(self.ppo, batch_size=self.batch_size)
         self.ppo.validate()
         if self.load_in_4bit and self.lora is None:
             raise ValueError("load_in_4bit=True needs LoRA (set lora)")
+        check_device("device", self.device)
         for agent, dev in self.placement.items():
             if agent not in ("llm_0", "llm_1", "critic"):
                 raise ValueError(f"placement key {agent!r} must be llm_0, llm_1 or critic")
-            torch.device(dev)
+            check_device(f"placement[{agent!r}]", dev)
         return self
+
+
+def check_device(name: str, dev, present: bool = False) -> None:
+    """Raise ValueError naming the field if dev is not a device (or, if present=True, a CUDA
+    device this machine does not have)."""
+    try:
+        d = torch.device(dev)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"{name}={dev!r} is not a device: {e}") from None
+    if present and d.type == "cuda":
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if (d.index or 0) >= n:
+            raise ValueError(f"{name}={dev!r} but {n} CUDA device(s) are visible")
+
+
+def oom_advice(cfg: TrainConfig, phase: str) -> str:
+    """What to change after running out of accelerator memory in phase "rollout" or "update"."""
+    ppo = cfg.ppo
+    tips = []
+    if phase == "update" and ppo.mini_batch_size > 1:
+        k = next(k for k in range(2, ppo.mini_batch_size + 1) if ppo.mini_batch_size % k == 0)
+        tips.append(f"a smaller PPO mini-batch with gradient accumulation, same optimizer batch: "
+                    f"ppo.mini_batch_size={ppo.mini_batch_size // k}, ppo.grad_accum_steps="
+                    f"{ppo.grad_accum_steps * k} (now "
+                    f"mini_batch_size={ppo.mini_batch_size}, "
+                    f"grad_accum_steps={ppo.grad_accum_steps})")
+    tips.append(f"a smaller rollout batch: batch_size={max(cfg.batch_size // 2, 1)} (now "
+                f"{cfg.batch_size}; keep it divisible by mini_batch_size * grad_accum_steps)")
+    if phase == "rollout" and cfg.max_new_tokens:
+        tips.append(f"shorter responses: max_new_tokens (now {cfg.max_new_tokens})")
+    if cfg.lora is None:
+        tips.append("LoRA: lora=LoraSettings(r=16) with shared_base=True (one frozen base for "
+                    "both agents; the reference is the base with the adapter off)")
+    if not cfg.load_in_4bit:
+        tips.append("a 4-bit base: load_in_4bit=True with LoRA (CUDA + bitsandbytes)")
+    tips.append('one GPU per agent: placement={"llm_0": "cuda:0", "llm_1": "cuda:1"}')
+    tips.append("less fragmentation: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+    return "\n".join(f"  - {t}" for t in tips)
+
+
+@contextmanager
+def oom_guard(cfg: TrainConfig, phase: str):
+    """Turn an out-of-memory error into one that says what to change (the cause is chained)."""
+    try:
+        yield
+    except RuntimeError as e:  # torch.OutOfMemoryError is a RuntimeError
+        if not (isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e).lower()):
+            raise
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise torch.OutOfMemoryError(
+            f"out of memory during the {phase} (method={cfg.method}, batch_size="
+            f"{cfg.batch_size}, ppo.mini_batch_size={cfg.ppo.mini_batch_size}, "
+            f"ppo.grad_accum_steps={cfg.ppo.grad_accum_steps}): {first}\nTry:\n"
+            f"{oom_advice(cfg, phase)}") from e
 
 
 def default_model(task: str) -> str:
@@ -133,6 +199,9 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig, env_options: dict | None = None):
         self.cfg = cfg.validate()
+        check_device("device", cfg.device, present=True)  # here, before any model loads
+        for agent, dev in cfg.placement.items():
+            check_device(f"placement[{agent!r}]", dev, present=True)
         name, flags = method_spec(cfg.method)
         self.learner_cls = learner_class(name)
         lcfg = LearnerConfig(ppo=cfg.ppo, sampling=cfg.sampling, t_rex=cfg.t_rex, eta=cfg.eta,
@@ -148,6 +217,7 @@ class Trainer:
                                   seed=cfg.seed, **self.learner.env_settings(),
                                   **(env_options or {}))
         self.iteration = 0
+        self.query_sampler = None  # iteration -> query indices (per-rank data shards)
 
     def _task(self):
         from cory_env import make_task
@@ -168,10 +238,14 @@ class Trainer:
         """One iteration: rollout with the scheduled roles, update, metrics."""
         t0 = time.perf_counter()
         options = self.learner.reset_options(self.iteration)
-        turns = rollout(self.env, self.learner.policies, self.cfg.sampling,
-                        self.learner.generator, reset_options=options)
+        if self.query_sampler is not None:
+            options = {**options, "queries": self.query_sampler(self.iteration)}
+        with oom_guard(self.cfg, "rollout"):
+            turns = rollout(self.env, self.learner.policies, self.cfg.sampling,
+                            self.learner.generator, reset_options=options)
         t1 = time.perf_counter()
-        stats = self.learner.update(turns, self.iteration)
+        with oom_guard(self.cfg, "update"):
+            stats = self.learner.update(turns, self.iteration)
         metrics = self.learner.metrics(turns, stats)
         metrics["iteration"] = self.iteration
         metrics["swap_roles"] = bool(options.get("swap_roles", False))

@@ -1,0 +1,285 @@
+"""Multi-process training (2 CPU ranks over gloo) and device placement.
+
+Run as a script under torchrun, this file is also the worker of the 2-process test:
+    torchrun --nproc_per_node 2 tests/test_distributed.py --model DIR --out DIR
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import WORDS, ToyTask, toy_tokenizer
+from transformers import GPT2Config, GPT2LMHeadModel
+
+import cory_env
+from cory_env import Query
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class ShardToyTask(ToyTask):
+    """The toy task with 32 distinct prompts, so two ranks' batches can be disjoint."""
+
+    name = "shardtoy"
+    PROMPTS = [f"{s} {v} {w}" for s in ("the movie", "the plot", "the acting", "it")
+               for v in ("was", "is very") for w in ("good", "bad", "great", "awful")]
+
+
+cory_env.register_task("toy", ToyTask)
+cory_env.register_task("shardtoy", ShardToyTask)
+
+
+def save_toy_lm(path) -> str:
+    """A tiny random GPT-2 with the toy tokenizer, saved as an HF folder."""
+    tok = toy_tokenizer()
+    tok.save_pretrained(path)
+    torch.manual_seed(0)
+    cfg = GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=len(tok), n_positions=64,
+                     eos_token_id=tok.eos_token_id, bos_token_id=tok.eos_token_id)
+    GPT2LMHeadModel(cfg).save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def toy_lm(tmp_path_factory):
+    return save_toy_lm(tmp_path_factory.mktemp("toylm"))
+
+
+def config(model, method="cory", **kw):
+    from agents.ppo import PPOConfig
+    from agents.train import TrainConfig
+
+    batch = kw.pop("batch_size", 8)
+    ppo = PPOConfig(batch_size=batch, mini_batch_size=4, ppo_epochs=2, lr=3e-3,
+                    init_kl_coef=0.05)
+    return TrainConfig(task=kw.pop("task", "shardtoy"), method=method, model=model,
+                       batch_size=batch, ppo=ppo, iterations=kw.pop("iterations", 3), **kw)
+
+
+def checksum(trainer) -> str:
+    """sha256 over every agent's (and the critic's) trainable tensors, in a fixed order."""
+    h = hashlib.sha256()
+    policies = dict(trainer.learner.policies)
+    if getattr(trainer.learner, "critic", None) is not None:
+        policies["critic"] = trainer.learner.critic
+    for name in sorted(policies):
+        for p in policies[name].trainable_parameters():
+            h.update(p.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def numbers(metrics):
+    return {k: v for k, v in metrics.items() if not k.startswith("time_") and k != "world_size"}
+
+
+# ----------------------------------------------------------------------------- the worker
+
+def worker(argv) -> None:
+    """One rank: 3 CORY iterations (roles exchanged at 1, NaN rewards on rank 1 at 2), then 2
+    MAPPO iterations (its centralized critic is DDP-wrapped too)."""
+    import argparse
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--model")
+    p.add_argument("--out")
+    args = p.parse_args(argv)
+    run_rank(args.model, args.out, "cory", iterations=3, poison_iteration=2)
+    run_rank(args.model, args.out, "mappo", iterations=2, poison_iteration=None)
+
+
+def run_rank(model, out, method, iterations, poison_iteration) -> None:
+    from agents.distributed import DistributedTrainer, make_accelerator
+
+    acc = make_accelerator(cpu=True)
+    trainer = DistributedTrainer(config(model, method, t_rex=1, iterations=iterations), acc)
+    rank = trainer.rank
+    update = trainer.learner.update
+
+    def poisoned_update(turns, iteration):  # rank 1 alone gets NaN rewards
+        if rank == 1 and iteration == poison_iteration:
+            for turn in turns.values():
+                turn.reward = torch.full_like(turn.reward, float("nan"))
+        return update(turns, iteration)
+
+    trainer.learner.update = poisoned_update
+    record = {"rank": rank, "world_size": trainer.world_size, "init": checksum(trainer),
+              "checksums": [], "queries": [], "local": [], "reduced": []}
+    for metrics in trainer.run():
+        record["checksums"].append(checksum(trainer))
+        record["queries"].append([q.text for q in trainer.env.turn("llm_0")["queries"]])
+        keep = ("role", "task_reward", "skipped_batches", "optimizer_steps", "beta")
+        for src, dst in ((trainer.local_metrics, "local"), (metrics, "reduced")):
+            record[dst].append({a: {k: src[a][k] for k in keep} for a in ("llm_0", "llm_1")})
+    trainer.save(os.path.join(out, f"{method}.pt"))
+    with open(os.path.join(out, f"{method}{rank}.json"), "w") as f:
+        json.dump(record, f)
+
+
+# ----------------------------------------------------------------------------- tests
+
+def test_two_cpu_ranks_share_weights_and_split_the_data(toy_lm, tmp_path):
+    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+           "2", os.path.abspath(__file__), "--model", toy_lm, "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout[-3000:] + "\n".join(
+        line for line in proc.stderr.splitlines() if "Error" in line or "error" in line)[-6000:]
+    r0, r1 = (json.load(open(tmp_path / f"cory{r}.json")) for r in (0, 1))
+    assert r0["world_size"] == r1["world_size"] == 2
+    # identical weights on both ranks after every iteration, and the updates did move them
+    assert r0["init"] == r1["init"]
+    assert r0["checksums"] == r1["checksums"]
+    assert r0["checksums"][0] != r0["init"] and r0["checksums"][1] != r0["checksums"][0]
+    # each rank saw its own prompts: disjoint within every iteration
+    for q0, q1 in zip(r0["queries"], r1["queries"]):
+        assert len(q0) == len(q1) == 8 and not set(q0) & set(q1)
+    # role exchange happened on both ranks at iteration 1 (t_rex=1)
+    for r in (r0, r1):
+        assert [m["llm_1"]["role"] for m in r["local"]] == ["observer", "pioneer", "observer"]
+    # iteration 2: rank 1's rewards are NaN, so BOTH ranks skipped every minibatch (no hang)
+    for r in (r0, r1):
+        for it in (0, 1):
+            assert all(r["local"][it][a]["skipped_batches"] == 0 for a in ("llm_0", "llm_1"))
+        for a in ("llm_0", "llm_1"):
+            assert r["local"][2][a]["optimizer_steps"] == 0
+            assert r["local"][2][a]["skipped_batches"] == 4  # 2 epochs x 2 minibatches
+    assert r0["checksums"][2] == r0["checksums"][1]
+    # metrics are averaged over ranks; the KL coefficient (global KL) agrees across ranks
+    for it in range(3):
+        for a in ("llm_0", "llm_1"):
+            mean = (r0["local"][it][a]["task_reward"] + r1["local"][it][a]["task_reward"]) / 2
+            assert r0["reduced"][it][a]["task_reward"] == pytest.approx(mean)
+            assert r0["local"][it][a]["beta"] == r1["local"][it][a]["beta"]
+    # one checkpoint, written by rank 0, with both ranks' RNG states
+    state = torch.load(tmp_path / "cory.pt", weights_only=False)
+    assert state["world_size"] == 2 and len(state["ranks"]) == 2 and state["iteration"] == 3
+    # MAPPO: actors and the centralized critic stay identical, on disjoint data
+    m0, m1 = (json.load(open(tmp_path / f"mappo{r}.json")) for r in (0, 1))
+    assert m0["init"] == m1["init"] and m0["checksums"] == m1["checksums"]
+    assert m0["checksums"][-1] != m0["init"]
+    assert all(not set(q0) & set(q1) for q0, q1 in zip(m0["queries"], m1["queries"]))
+
+
+def test_one_process_equals_the_plain_trainer(toy_lm):
+    from agents.distributed import DistributedTrainer, SyncedPolicy, make_accelerator
+    from agents.train import Trainer
+
+    plain = [numbers(m) for m in Trainer(config(toy_lm, "cory", task="toy")).run()]
+    dist = DistributedTrainer(config(toy_lm, "cory", task="toy"), make_accelerator(cpu=True))
+    assert all(isinstance(a.policy, SyncedPolicy) for a in dist.learner.agents.values())
+    assert [numbers(m) for m in dist.run()] == plain
+
+
+@pytest.mark.parametrize("method", ["cory", "mappo"])
+def test_distributed_checkpoint_resumes_exactly(toy_lm, tmp_path, method):
+    from agents.distributed import DistributedTrainer, make_accelerator
+
+    acc = make_accelerator(cpu=True)
+    full = [numbers(m) for m in DistributedTrainer(config(toy_lm, method, t_rex=1), acc).run()]
+    first = DistributedTrainer(config(toy_lm, method, t_rex=1), acc)
+    head = [numbers(first.step()) for _ in range(2)]
+    first.save(str(tmp_path / "ckpt.pt"))
+    resumed = DistributedTrainer(config(toy_lm, method, t_rex=1), acc)
+    resumed.load(str(tmp_path / "ckpt.pt"))
+    assert head + [numbers(m) for m in resumed.run()] == full
+
+
+def test_sharded_queries_split_each_global_batch():
+    from agents.distributed import ShardedQueries
+
+    shards = [ShardedQueries(10, 3, r, 3, seed=1) for r in range(3)]
+    for it in range(4):
+        got = [s(it) for s in shards]
+        flat = [i for g in got for i in g]
+        assert all(len(g) == 3 for g in got)
+        if it == 0:  # the first 9 positions of one permutation: all distinct
+            assert len(set(flat)) == 9
+    # a pure function of the iteration: resumable without state
+    assert shards[1](3) == ShardedQueries(10, 3, 1, 3, seed=1)(3)
+    # one process, batch 1: nine iterations visit each of nine queries once
+    assert sorted(ShardedQueries(9, 1, 0, 1)(it)[0] for it in range(9)) == list(range(9))
+
+
+def test_metric_reduction():
+    from agents.distributed import reduce_metrics
+
+    a = {"llm_0": {"task_reward": 1.0, "role": "pioneer", "samples": ["x"]}, "iteration": 3,
+         "time_update_s": 1.0}
+    b = {"llm_0": {"task_reward": 3.0, "role": "pioneer", "samples": ["y"]}, "iteration": 3,
+         "time_update_s": 2.0}
+    out = reduce_metrics([a, b])
+    assert out == {"llm_0": {"task_reward": 2.0, "role": "pioneer", "samples": ["x"]},
+                   "iteration": 3, "time_update_s": 2.0}
+
+
+def test_entry_point_rejects_a_bad_config_before_loading(monkeypatch):
+    from agents import distributed
+
+    def boom(*a, **k):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(distributed, "DistributedTrainer", boom)
+    with pytest.raises(ValueError, match="unknown task 'nope'"):
+        distributed.main(["--task", "nope", "--cpu"])
+    with pytest.raises(ValueError, match="batch_size=12 must be divisible"):
+        distributed.main(["--task", "toy", "--batch-size", "12", "--mini-batch-size", "8"])
+
+
+def test_entry_point_logs_every_iteration_and_resumes(toy_lm, tmp_path):
+    from agents import distributed
+
+    args = ["--task", "toy", "--model", toy_lm, "--batch-size", "8", "--mini-batch-size", "4",
+            "--ppo-epochs", "1", "--cpu", "--out", str(tmp_path), "--save-every", "1"]
+    assert distributed.main([*args, "--iterations", "2"]) == 0
+    with open(tmp_path / "metrics.jsonl", "a") as f:  # a crash mid-write leaves a cut line
+        f.write('{"iteration": 2, "llm_0": {"task_re')
+    assert distributed.main([*args, "--iterations", "3", "--resume"]) == 0
+    lines = [json.loads(x) for x in open(tmp_path / "metrics.jsonl")]
+    assert [m["iteration"] for m in lines] == [0, 1, 2]
+    assert all(m["world_size"] == 1 for m in lines)
+    assert torch.load(tmp_path / "checkpoint.pt", weights_only=False)["iteration"] == 3
+
+
+def test_placement_puts_each_module_where_asked(toy_lm):
+    from agents.train import Trainer
+
+    where = {"llm_0": "cpu", "llm_1": "cpu", "critic": "cpu"}
+    trainer = Trainer(config(toy_lm, "mappo", task="toy", iterations=1, placement=where))
+    learner = trainer.learner
+    for agent in ("llm_0", "llm_1"):
+        policy = learner.policies[agent]
+        assert policy.device == torch.device(where[agent])
+        assert {p.device for p in policy.parameters()} == {torch.device(where[agent])}
+        assert next(policy.ref_model.parameters()).device == torch.device(where[agent])
+    assert learner.critic.device == torch.device(where["critic"])
+    assert trainer.step()["llm_0"]["optimizer_steps"] > 0
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 1, reason="needs a CUDA GPU")
+def test_placement_on_cuda(toy_lm):
+    from agents.train import Trainer
+
+    where = {"llm_0": "cuda:0", "llm_1": "cpu"}
+    trainer = Trainer(config(toy_lm, "cory", task="toy", iterations=1, placement=where))
+    for agent, dev in where.items():
+        assert trainer.learner.policies[agent].device == torch.device(dev)
+        assert next(trainer.learner.policies[agent].ref_model.parameters()).device == \
+            torch.device(dev)
+    assert trainer.step()["llm_0"]["optimizer_steps"] > 0
+
+
+def test_query_list_holds_words_of_the_toy_vocabulary():
+    vocab = set(WORDS)
+    for q in ShardToyTask().load_queries("train"):
+        assert isinstance(q, Query) and set(q.text.split()) <= vocab
+
+
+if __name__ == "__main__":
+    worker(sys.argv[1:])
