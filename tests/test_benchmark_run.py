@@ -1,0 +1,276 @@
+"""The benchmark CLI: files it writes, the report's numbers and claims, resume, bad values."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+import benchmarks
+from benchmarks import RunFolder, resolve_config, run_benchmark
+from benchmarks import report as rp
+from benchmarks.run import build_parser, config_from_args, main
+from cory_env.offline.build import task_tokenizer
+
+TASKS = ("sentiment", "arithmetic")
+TINY = ["--iterations", "2", "--batch-size", "4", "--mini-batch-size", "4", "--ppo-epochs", "1",
+        "--max-new-tokens", "5", "--eval-problems", "2", "--eval-samples", "2", "--pass-k", "2",
+        "--final-window", "1", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def tiny_lm(tmp_path_factory):
+    """Tiny random GPT-2s, one per offline task, with that task's vocabulary; '{task}' path."""
+    root = tmp_path_factory.mktemp("tinylm")
+    for task in TASKS:
+        tok = task_tokenizer(task)
+        torch.manual_seed(0)
+        cfg = GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=len(tok), n_positions=256,
+                         eos_token_id=tok.eos_token_id, bos_token_id=tok.eos_token_id)
+        GPT2LMHeadModel(cfg).save_pretrained(root / task)
+    return str(root / "{task}")
+
+
+def numbers(rows):
+    """Records without wall-clock timings, for exact comparison."""
+    return [{k: v for k, v in r.items() if not k.startswith("time_")} for r in rows]
+
+
+# ------------------------------------------------------------------------------- end to end
+def test_quick_run_writes_metrics_tensorboard_plots_and_report(tiny_lm, tmp_path):
+    out = tmp_path / "run"
+    report = main(["--quick", "--model", tiny_lm, "--out", str(out), *TINY])
+    rows = rp.read_jsonl(out / "metrics.jsonl")
+    # 2 tasks x (ppo: 1 agent + cory: 2 agents) x 2 iterations
+    assert len(rows) == 12
+    assert {(r["task"], r["method"], r["agent"]) for r in rows} == {
+        (t, m, a) for t in TASKS for m, a in [("ppo", "llm_0"), ("cory", "llm_0"),
+                                              ("cory", "llm_1")]}
+    assert all(isinstance(r["task_reward"], float) and isinstance(r["samples"], list)
+               for r in rows)
+    assert all("copy_rate" in r for r in rows if r["method"] == "cory" and r["role"] == "observer")
+    with open(out / "metrics.csv") as f:
+        table = list(csv.DictReader(f))
+    assert len(table) == 12 and {"task_reward", "kl", "combined_reward"} <= set(table[0])
+    runs = sorted(p.name for p in (out / "tb").iterdir())
+    assert runs == sorted(f"{t}-{m}-seed0" for t in TASKS for m in ("ppo", "cory"))
+    assert all(any(f.name.startswith("events.out.tfevents") for f in (out / "tb" / r).iterdir())
+               for r in runs)
+    for task in TASKS:
+        png = out / "plots" / f"curves_{task}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    evals = rp.read_jsonl(out / "eval.jsonl")
+    assert {(e["method"], e["model"]) for e in evals} == {
+        ("base", "base"), ("ppo", "llm_0"), ("cory", "llm_0"), ("cory", "llm_1")}
+    assert all(e["task"] == "arithmetic" and 0 <= e["pass@1"] <= e["pass@k"] <= 1 for e in evals)
+    text = report.read_text()
+    for line in ("| ppo | llm_0 |", "| cory | LLM1 (llm_0) |", "| cory | LLM2 (llm_1) |",
+                 "| cory | pioneer |", "### Contribution audit", "Test-split evaluation"):
+        assert line in text, line
+    claims = [ln for ln in text.splitlines() if ln.startswith("- **(")]
+    assert any("(1)" in c and "[sentiment]" in c for c in claims)
+    assert any("(2)" in c and "[arithmetic]" in c for c in claims)
+    assert all(c.count("**") >= 4 and any(s in c for s in (rp.REPRODUCED, rp.NOT_REPRODUCED,
+                                                            rp.NOT_RUN)) for c in claims)
+    assert any("(3)" in c and rp.NOT_RUN in c for c in claims)
+    assert json.loads((out / "run_config.json").read_text())["iterations"] == 2
+
+
+def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_lm, tmp_path):
+    args = ["--tasks", "sentiment", "--methods", "cory", "--t-rex", "1", "--seeds", "3",
+            "--model", tiny_lm, *TINY, "--iterations", "3", "--eval-problems", "0"]
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    cfg, _, _ = config_from_args(build_parser().parse_args(args + ["--out", str(full)]))
+    run_benchmark(cfg, full, progress=False)
+    run_benchmark(cfg, cut, progress=False, stop_after=2)  # "killed" after 2 iterations
+    head = rp.read_jsonl(cut / "metrics.jsonl")
+    assert {r["iteration"] for r in head} == {0, 1}
+    stray = [dict(r, iteration=2, task_reward=123.0) for r in head if r["iteration"] == 1]
+    with open(cut / "metrics.jsonl", "a") as f:  # a line written after the last checkpoint
+        f.write("".join(json.dumps(r) + "\n" for r in stray) + '{"torn')
+    main(["--resume", "--out", str(cut), "--no-progress"])
+    assert numbers(rp.read_jsonl(cut / "metrics.jsonl")) == numbers(
+        rp.read_jsonl(full / "metrics.jsonl"))
+    with open(cut / "metrics.csv") as a, open(full / "metrics.csv") as b:
+        drop = {"time_rollout_s", "time_update_s"}
+        assert [{k: v for k, v in r.items() if k not in drop} for r in csv.DictReader(a)] == \
+            [{k: v for k, v in r.items() if k not in drop} for r in csv.DictReader(b)]
+    assert (cut / "report.md").exists()
+    before = (cut / "metrics.jsonl").read_text()
+    main(["--resume", "--out", str(cut), "--no-progress"])  # finished runs are skipped
+    assert (cut / "metrics.jsonl").read_text() == before
+
+
+def test_resume_refuses_other_settings(tmp_path):
+    cfg = resolve_config("offline", iterations=5)
+    RunFolder(tmp_path).start(cfg)
+    args = build_parser().parse_args(["--resume", "--out", str(tmp_path), "--iterations", "7"])
+    with pytest.raises(ValueError, match="iterations: saved 5, given 7"):
+        config_from_args(args)
+    same = build_parser().parse_args(["--resume", "--out", str(tmp_path), "--iterations", "5"])
+    assert config_from_args(same)[0].iterations == 5
+    assert config_from_args(build_parser().parse_args(["--resume", "--out", str(tmp_path)]))[2]
+    with pytest.raises(ValueError, match="already holds a run"):
+        RunFolder(tmp_path).start(cfg)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--tasks", "sentiment,mnist"], "unknown task 'mnist'"),
+    (["--methods", "ppo,sac"], "unknown method 'sac'"),
+    (["--preset", "huge"], "invalid choice: 'huge'"),
+    (["--batch-size", "12", "--mini-batch-size", "8"], "batch size 12 is not divisible"),
+    (["--iterations", "0"], "iterations must be a positive integer, got 0"),
+    (["--eta-sweep", "1e-3,-1"], "eta_sweep values must be positive"),
+    (["--eval-samples", "2", "--pass-k", "4"], "pass_k 4 exceeds eval_samples 2"),
+    (["--task-options", "reward_model=x", "--tasks", "arithmetic"], "task option 'reward_model'"),
+    (["--resume"], "--resume needs --out"),
+])
+def test_bad_values_fail_before_any_model_loads(argv, message, capsys, monkeypatch):
+    def no_training(*a, **k):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(benchmarks, "Trainer", no_training)
+    with pytest.raises(SystemExit):
+        main(argv)
+    assert message in capsys.readouterr().err
+
+
+def test_presets_resolve_to_the_papers_settings():
+    cpu = {"device": "cpu"}  # the GPU presets ask for cuda; resolve them here on the CPU
+    imdb = resolve_config("imdb", **cpu)
+    assert (imdb.model, imdb.batch_size, imdb.mini_batch_size, imdb.iterations) == \
+        ("gpt2-large", 256, 256, 100)
+    assert imdb.repetition_penalty == 1.1 and imdb.kl_penalty == "full" and imdb.adaptive_kl
+    assert imdb.task_options["reward_model"] == "lvwerra/distilbert-imdb"
+    assert resolve_config("imdb-xl", **cpu).model == "gpt2-xl"
+    gsm = resolve_config("gsm8k", **cpu)
+    spec = benchmarks.RunSpec("gsm8k", "ppo", 0)
+    tc_ppo, tc_cory = (benchmarks.train_config(gsm, benchmarks.RunSpec("gsm8k", m, 0))
+                       for m in ("ppo", "cory"))
+    assert (tc_ppo.ppo.lr, tc_cory.ppo.lr) == (1e-5, 1e-4) and spec.key == "gsm8k-ppo-seed0"
+    assert tc_cory.load_in_4bit and tc_cory.lora is not None and tc_cory.eta == 0.01
+    assert (tc_cory.ppo.mini_batch_size, tc_cory.ppo.grad_accum_steps) == (2, 16)
+    assert resolve_config("gsm8k", lr=3e-5, **cpu).lr_by_method == {}  # --lr: one shared lr
+    quick = resolve_config("quick")
+    assert quick.quick and len(quick.seeds) == 1 and quick.iterations <= 5
+    sweep = resolve_config("offline", eta_sweep=[1e-3])
+    tc = benchmarks.train_config(sweep, benchmarks.run_specs(sweep)[0])
+    assert tc.ppo.init_kl_coef == 1e-3 and not tc.ppo.adap_kl_ctrl and tc.eta == 1e-3
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_gpu_preset_without_a_gpu_fails_before_loading():
+    with pytest.raises(ValueError, match="'cuda' requested but 0 CUDA device"):
+        resolve_config("gsm8k")
+    with pytest.raises(ValueError, match="model folder '/nowhere/sentiment'"):
+        resolve_config("offline", model="/nowhere/{task}")
+
+
+def test_eta_sweep_flag_defaults_to_the_papers_values():
+    args = build_parser().parse_args(["--eta-sweep"])
+    assert args.eta_sweep == [1e-5, 1e-4, 1e-3, 1e-2]
+    assert build_parser().parse_args(["--eta-sweep", "0.1,0.2"]).eta_sweep == [0.1, 0.2]
+
+
+# ------------------------------------------------------------------------------- helpers
+def rows_for(method, rewards, kls, seed, role=None, agent="llm_0", task="t"):
+    """Synthetic metric records of one seed's curve."""
+    return [{"task": task, "method": method, "seed": seed, "sweep_eta": None, "agent": agent,
+             "role": role or "pioneer", "iteration": i, "task_reward": r, "kl": k}
+            for i, (r, k) in enumerate(zip(rewards, kls))]
+
+
+def test_mean_std_and_final_values_over_seeds():
+    s = rp.mean_std([1.0, 2.0, 3.0])
+    assert s.mean == 2.0 and s.std == pytest.approx(1.0) and s.n == 3
+    assert rp.mean_std([5.0]) == rp.Stat(5.0, 0.0, 1)
+    rows = rows_for("ppo", [0, 0, 1, 3], [0] * 4, seed=0) + rows_for("ppo", [0, 0, 3, 5], [0] * 4,
+                                                                        seed=1)
+    st = rp.final_stat(rows, "task_reward", 2, method="ppo")  # finals 2 and 4
+    assert (st.mean, st.std, st.n) == (3.0, pytest.approx(math.sqrt(2)), 2)
+    assert str(st) == "3 ± 1.41"
+
+
+def test_pass_at_k_matches_hand_values():
+    assert rp.pass_at_k(4, 1, 1) == pytest.approx(0.25)
+    assert rp.pass_at_k(4, 1, 2) == pytest.approx(1 - 3 / 6)  # 1 - C(3,2)/C(4,2)
+    assert rp.pass_at_k(5, 2, 2) == pytest.approx(1 - 3 / 10)  # 1 - C(3,2)/C(5,2)
+    assert rp.pass_at_k(8, 0, 4) == 0.0 and rp.pass_at_k(5, 4, 2) == 1.0
+    with pytest.raises(ValueError):
+        rp.pass_at_k(4, 5, 1)
+
+
+def test_copy_rate():
+    assert rp.copy_rate(["a b", "c", "d"], ["a b ", "x", "d"]) == pytest.approx(2 / 3)
+    with pytest.raises(ValueError, match="not aligned"):
+        rp.copy_rate(["a"], ["a", "b"])
+
+
+def test_claim_checks_on_synthetic_numbers_both_ways():
+    S = rp.Stat
+    ok, text = rp.check_reward_and_kl(S(1.0, 0.1, 3), S(1.05, 0.1, 3), S(9.0, 1, 3),
+                                      S(3.0, 1, 3), reward_range=2.0)
+    assert ok and "ratio 3" in text
+    assert not rp.check_reward_and_kl(S(1.0, 0.1, 3), S(1.05, 0.1, 3), S(5.0, 1, 3),
+                                      S(3.0, 1, 3), 2.0)[0]  # KL ratio 1.67
+    assert not rp.check_reward_and_kl(S(1.0, 0.0, 3), S(2.0, 0.0, 3), S(9.0, 0, 3),
+                                      S(3.0, 0, 3), 2.0)[0]  # |Δ| 1 > 0.2
+    rise_fall = [0.1, 0.3, 0.5, 0.5, 0.3, 0.1, 0.1]
+    flat = [0.1, 0.3, 0.4, 0.4, 0.4, 0.4, 0.4]
+    assert rp.check_peak_then_decline(rise_fall, flat, window=2, threshold=0.1)[0]
+    assert not rp.check_peak_then_decline(flat, flat, window=2, threshold=0.1)[0]
+    assert not rp.check_peak_then_decline(rise_fall, rise_fall, window=2, threshold=0.1)[0]
+    assert rp.check_ablation_kl(S(2.0, 0.1, 3), {"cory-no-kt": S(3.0, 0, 3),
+                                                 "cory-no-re": S(4.0, 0, 3)})[0]
+    assert not rp.check_ablation_kl(S(2.0, 0.1, 3), {"cory-no-kt": S(2.1, 0, 3),
+                                                     "cory-no-re": S(4.0, 0, 3)})[0]
+
+
+def test_all_claims_from_records():
+    rows = []
+    for seed in (0, 1):
+        rows += rows_for("ppo", [0.1, 0.6, 0.6, 0.1, 0.1], [1, 4, 8, 9, 9], seed, task="arithmetic")
+        for agent, role in (("llm_0", "pioneer"), ("llm_1", "observer")):
+            rows += rows_for("cory", [0.1, 0.3, 0.3, 0.3, 0.3], [1, 2, 3, 3, 3], seed, role,
+                             agent, task="arithmetic")
+    data = rp.RunData(rows, window=2)
+    claims = {c.name.split(" ")[0]: c for c in rp.all_claims(data)}
+    assert claims["(1)"].status == rp.NOT_REPRODUCED  # KL ratio 3, but |Δ reward| 0.2 > 0.1
+    assert "ratio 3" in claims["(1)"].numbers
+    assert claims["(2)"].status == rp.REPRODUCED
+    assert claims["(3)"].status == rp.NOT_RUN
+    text = rp.render(data)
+    assert "| ppo | llm_0 |" in text and "| cory | observer |" in text
+    assert "r_obs − r_pio" in text
+
+
+def test_eta_sweep_records_make_curves_and_a_pareto_plot(tmp_path):
+    rows = []
+    for eta, (reward, kl) in {1e-3: (0.9, 8.0), 1e-2: (0.6, 2.0)}.items():
+        for seed in (0, 1):
+            rows += [dict(r, sweep_eta=eta) for r in rows_for(
+                "ppo", [0.1, reward], [0.0, kl], seed, task="sentiment")]
+    data = rp.RunData(rows, window=1)
+    plots = rp.write_plots(data, tmp_path)
+    assert plots["sentiment|pareto"] == ["plots/pareto_sentiment.png"]
+    assert (tmp_path / "pareto_sentiment.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "curves_sentiment_eta0.001.png").exists()
+    assert "η=0.01" in " ".join(c.name for c in rp.all_claims(data))
+
+
+def test_run_py_works_as_a_script():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "run.py"
+    done = subprocess.run([sys.executable, str(script), "--help"], capture_output=True,
+                          text=True, timeout=120, cwd="/")
+    assert done.returncode == 0, done.stderr
+    for option in ("--tasks", "--methods", "--seeds", "--iterations", "--batch-size",
+                   "--eta-sweep", "--device", "--out", "--resume", "--quick", "--preset"):
+        assert option in done.stdout
