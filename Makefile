@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint install clean-venv
+.PHONY: demo test lint install clean-venv perf-trl-venv
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -15,8 +15,10 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)
 
+# The offline demo: PPO vs CORY on the offline tasks (builds the tiny models on first use).
 demo: $(STAMP)
-	$(BIN)/python -m cory_env.demo
+	$(BIN)/python -m cory_env.demo --episodes 1
+	$(BIN)/python -m benchmarks.run   # prints where report.md and the plots are
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q tests
@@ -26,3 +28,14 @@ lint: $(STAMP)
 
 clean-venv:
 	rm -rf $(VENV)
+
+# TRL 0.11.4 anchor for benchmarks/perf.py (its own venv: TRL 0.11 needs transformers 4.x).
+TRL_VENV ?= .venv-trl
+perf-trl-venv: $(TRL_VENV)/.installed
+
+$(TRL_VENV)/.installed:
+	test -x $(TRL_VENV)/bin/python || $(PY) -m venv $(TRL_VENV)
+	$(TRL_VENV)/bin/python -m pip install -q torch==2.13.0 trl==0.11.4 transformers==4.46.3 \
+		"accelerate<1.0" "datasets<3" "numpy<2" "pyarrow<17" rich
+	touch $@
+

@@ -157,6 +157,11 @@ class Claim:
     status: str
     numbers: str
 
+    @classmethod
+    def checked(cls, name: str, ok: bool, numbers: str) -> Claim:
+        """A claim whose check ran: reproduced if it passed, else not reproduced."""
+        return cls(name, REPRODUCED if ok else NOT_REPRODUCED, numbers)
+
     def line(self) -> str:
         """The report line: name, verdict and the numbers used."""
         return f"- **{self.name}**: **{self.status}**. {self.numbers}"
@@ -286,29 +291,27 @@ class RunData:
 def claim_reward_kl(data: RunData, task: str, eta) -> Claim:
     """Claim (1) on one task."""
     name = f"(1) similar task reward, PPO's KL > 2x CORY's [{task}]"
-    methods = data.methods(task, eta)
-    if "ppo" not in methods or "cory" not in methods:
+    if not {"ppo", "cory"} <= set(data.methods(task, eta)):
         return Claim(name, NOT_RUN, "needs methods ppo and cory on this task.")
     p, c = data.standalone(task, "ppo", eta), data.standalone(task, "cory", eta)
     ok, text = check_reward_and_kl(data.stat("task_reward", **p), data.stat("task_reward", **c),
                                    data.stat("kl", **p), data.stat("kl", **c),
                                    data.reward_range(task))
-    return Claim(name, REPRODUCED if ok else NOT_REPRODUCED, text)
+    return Claim.checked(name, ok, text)
 
 
 def claim_peak_decline(data: RunData, task: str, eta) -> Claim:
     """Claim (2) on a math task."""
     name = f"(2) PPO's reward peaks then declines, CORY stays stable [{task}]"
-    methods = data.methods(task, eta)
-    if "ppo" not in methods or "cory" not in methods:
+    if not {"ppo", "cory"} <= set(data.methods(task, eta)):
         return Claim(name, NOT_RUN, "needs methods ppo and cory on this task.")
-    ppo, _ = mean_curve(curves(data.rows, "task_reward", **data.standalone(task, "ppo", eta)))
-    cory, _ = mean_curve(curves(data.rows, "task_reward",
-                                **data.standalone(task, "cory", eta)))
-    final = [data.stat("task_reward", **data.standalone(task, m, eta)) for m in ("ppo", "cory")]
-    threshold = tolerance(data.reward_range(task), *final)
+    p, c = data.standalone(task, "ppo", eta), data.standalone(task, "cory", eta)
+    ppo, _ = mean_curve(curves(data.rows, "task_reward", **p))
+    cory, _ = mean_curve(curves(data.rows, "task_reward", **c))
+    threshold = tolerance(data.reward_range(task), data.stat("task_reward", **p),
+                          data.stat("task_reward", **c))
     ok, text = check_peak_then_decline(ppo, cory, data.window, threshold)
-    return Claim(name, REPRODUCED if ok else NOT_REPRODUCED, text)
+    return Claim.checked(name, ok, text)
 
 
 def claim_ablations(data: RunData, task: str, eta) -> Claim:
@@ -324,7 +327,7 @@ def claim_ablations(data: RunData, task: str, eta) -> Claim:
     missing = [m for m in ABLATIONS if m not in present]
     if missing:
         return Claim(name, NOT_RUN, f"{text}; {', '.join(missing)} not run.")
-    return Claim(name, REPRODUCED if ok else NOT_REPRODUCED, text)
+    return Claim.checked(name, ok, text)
 
 
 def all_claims(data: RunData) -> list[Claim]:

@@ -15,8 +15,6 @@ continues with the folder's saved settings; settings given with it must equal th
 from __future__ import annotations
 
 import argparse
-import ast
-import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -24,62 +22,8 @@ from pathlib import Path
 if __package__ in (None, ""):  # `python benchmarks/run.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import PAPER_ETAS, PRESETS, BenchConfig, RunFolder, resolve_config, run_benchmark
-from benchmarks import check_resume as _check_resume
-
-
-def comma_list(text: str) -> list[str]:
-    """'a,b' -> ['a', 'b'] (empty items dropped)."""
-    return [x.strip() for x in text.split(",") if x.strip()]
-
-
-def int_list(text: str) -> list[int]:
-    """'0,1,2' -> [0, 1, 2]."""
-    try:
-        return [int(x) for x in comma_list(text)]
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"expected integers like 0,1,2, got {text!r}") from err
-
-
-def float_list(text: str) -> list[float]:
-    """'1e-3,1e-2' -> [0.001, 0.01]; 'paper' -> the paper's η values."""
-    if text == "paper":
-        return list(PAPER_ETAS)
-    try:
-        return [float(x) for x in comma_list(text)]
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"expected numbers like 1e-3,1e-2, got {text!r}") \
-            from err
-
-
-def literal(text: str):
-    """A Python literal if the text is one (3, 0.5, True, None), else the text itself."""
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
-
-
-def key_values(text: str) -> dict:
-    """'a=1,b=x' -> {'a': 1, 'b': 'x'}."""
-    out = {}
-    for item in comma_list(text):
-        if "=" not in item:
-            raise argparse.ArgumentTypeError(f"expected key=value, got {item!r}")
-        key, value = item.split("=", 1)
-        out[key.strip()] = literal(value.strip())
-    return out
-
-
-def optional(kind):
-    """A converter that maps 'none' to None."""
-    return lambda text: None if text.lower() == "none" else kind(text)
-
-
-CONVERTERS = {"int": int, "float": float, "str": str, "list[str]": comma_list,
-              "list[int]": int_list, "list[float]": float_list, "dict[str, float]": key_values,
-              "dict[str, str]": key_values, "int | None": optional(int),
-              "str | None": optional(str), "float | None": optional(float)}
+from benchmarks.config import BenchConfig, add_config_options, check_resume, resolve_config
+from benchmarks.runner import RunFolder, run_benchmark
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -87,20 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      argument_default=argparse.SUPPRESS)
-    defaults = BenchConfig()
-    for f in dataclasses.fields(BenchConfig):
-        flag, help_ = "--" + f.name.replace("_", "-"), f.metadata.get("help", "")
-        help_ += f" (offline default: {getattr(defaults, f.name)!r})"
-        if f.name == "quick":
-            parser.add_argument(flag, action="store_true", help=help_)
-        elif f.name == "preset":
-            parser.add_argument(flag, choices=sorted(PRESETS), help=help_)
-        elif f.name == "eta_sweep":
-            parser.add_argument(flag, nargs="?", const="paper", type=float_list, help=help_)
-        elif f.type == "bool":
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, help=help_)
-        else:
-            parser.add_argument(flag, type=CONVERTERS[f.type], help=help_)
+    add_config_options(parser)
     parser.add_argument("--out", help="run folder (default runs/<timestamp>)")
     parser.add_argument("--resume", action="store_true",
                         help="continue the killed run in --out (same settings)")
@@ -120,7 +51,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[BenchConfig, Path, bool]
         return RunFolder(out).saved_config().validate(), out, True
     cfg = resolve_config(given.pop("preset", "offline"), given.pop("quick", False), **given)
     if resume:
-        _check_resume(cfg, RunFolder(out).saved_config())
+        check_resume(cfg, RunFolder(out).saved_config())
     return cfg, out, resume
 
 
@@ -134,6 +65,7 @@ def main(argv: list[str] | None = None) -> Path:
         parser.error(str(err))
     path = run_benchmark(cfg, out, resume=resume, progress=not getattr(args, "no_progress", False))
     print(f"report: {path}")
+    print(f"plots:  {Path(path).parent / 'plots'}")
     return path
 
 

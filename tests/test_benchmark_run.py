@@ -11,7 +11,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 import benchmarks
-from benchmarks import RunFolder, resolve_config, run_benchmark
+from benchmarks import RunFolder, resolve_config, run_benchmark, runner
 from benchmarks import report as rp
 from benchmarks.run import build_parser, config_from_args, main
 from cory_env.offline.build import task_tokenizer
@@ -133,7 +133,7 @@ def test_bad_values_fail_before_any_model_loads(argv, message, capsys, monkeypat
     def no_training(*a, **k):
         raise AssertionError("a model was loaded")
 
-    monkeypatch.setattr(benchmarks, "Trainer", no_training)
+    monkeypatch.setattr(runner, "Trainer", no_training)
     with pytest.raises(SystemExit):
         main(argv)
     assert message in capsys.readouterr().err

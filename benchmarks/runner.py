@@ -1,0 +1,355 @@
+"""The benchmark driver: run folders, records, resume bookkeeping and the progress bar.
+
+    run_benchmark(cfg, "runs/smoke")                # every run of cfg, then report.md
+    run_benchmark(cfg, "runs/smoke", resume=True)   # continue it after a kill
+
+`RunFolder` owns the folder's files (see the `benchmarks` docstring): each iteration appends
+to metrics.jsonl/metrics.csv and TensorBoard, then checkpoints; a resumed run reloads the
+checkpoint and drops what was written after it.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import gc
+import io
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from agents.train import Trainer
+
+from . import report
+from .config import BenchConfig, RunSpec, check_resume, run_specs, train_config, unknown_settings
+from .evaluate import evaluate_models, wants_eval
+
+FORMAT = 1
+ID_COLUMNS = ("task", "method", "seed", "sweep_eta", "run", "iteration", "agent", "role",
+              "swap_roles")
+CSV_COLUMNS = ID_COLUMNS + (
+    "task_reward", "task_reward_std", "kl", "combined_reward", "eta", "beta",
+    "collective_reward", "copy_rate", "distinct_1", "distinct_2", "repetition_rate",
+    "response_length", "value_loss", "policy_loss", "loss", "clipfrac", "value_clipfrac",
+    "approx_kl", "entropy", "ratio_mean", "grad_norm", "kl_loss", "sampled_neg_logprob",
+    "optimizer_steps", "epochs_run", "skipped_batches", "time_rollout_s", "time_update_s")
+TIME_FIELDS = ("time_rollout_s", "time_update_s")
+
+
+# ------------------------------------------------------------------------------- records
+def flatten(metrics: dict, spec: RunSpec) -> list[dict]:
+    """A Trainer step's metrics as one flat record per agent."""
+    out = []
+    common = {"iteration": metrics["iteration"], "swap_roles": metrics["swap_roles"],
+              **{k: metrics[k] for k in TIME_FIELDS if k in metrics}}
+    for agent in sorted(k for k in metrics if k.startswith("llm_")):
+        values = {k: v for k, v in metrics[agent].items()
+                  if isinstance(v, (int, float, str, list)) or v is None}
+        out.append({**spec.ids(), "agent": agent, **common, **values})
+    return out
+
+
+def numeric(record: dict) -> dict[str, float]:
+    """The record's numeric metrics (for TensorBoard)."""
+    skip = set(ID_COLUMNS) | {"samples"}
+    return {k: float(v) for k, v in record.items() if k not in skip
+            and isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def audit_copy_rate(learner) -> None:
+    """Make the learner's metrics add the observer's verbatim copy rate (all episodes)."""
+    original = learner.metrics
+
+    def metrics(turns, stats):
+        out = original(turns, stats)
+        by_role = {t.role: t for t in turns.values()}
+        if {"pioneer", "observer"} <= set(by_role):
+            rate = report.copy_rate(by_role["pioneer"].texts, by_role["observer"].texts)
+            out[by_role["observer"].agent]["copy_rate"] = rate
+        return out
+
+    learner.metrics = metrics
+
+
+class RunFolder:
+    """The files of a benchmark run folder (see the module docstring)."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.metrics = self.path / "metrics.jsonl"
+        self.csv = self.path / "metrics.csv"
+        self.evals = self.path / "eval.jsonl"
+        self.config = self.path / "run_config.json"
+
+    def ckpt(self, spec: RunSpec) -> Path:
+        """The run's checkpoint file."""
+        return self.path / "ckpt" / f"{spec.key}.pt"
+
+    def done_marker(self, spec: RunSpec) -> Path:
+        """The file that marks a finished (trained and evaluated) run."""
+        return self.path / "done" / spec.key
+
+    def start(self, cfg: BenchConfig) -> None:
+        """A new run folder: refuse to reuse one, write run_config.json."""
+        if self.config.exists():
+            raise ValueError(f"run folder {self.path} already holds a run; pass --resume to "
+                             "continue it or choose another --out")
+        self.path.mkdir(parents=True, exist_ok=True)
+        _atomic_write(self.config, json.dumps({"format": FORMAT, **dataclasses.asdict(cfg)},
+                                              indent=2))
+
+    def saved_config(self) -> BenchConfig:
+        """The settings the folder's run was started with."""
+        if not self.config.exists():
+            raise ValueError(f"--resume: {self.config} not found; nothing to resume")
+        saved = json.loads(self.config.read_text())
+        saved.pop("format", None)
+        unknown = unknown_settings(saved)
+        if unknown:
+            raise ValueError(f"--resume: {self.config} has settings this version does not "
+                             f"know: {unknown}")
+        return BenchConfig(**saved)
+
+    def log(self, message: str) -> None:
+        """Append a timestamped line to log.txt."""
+        with open(self.path / "log.txt", "a", encoding="utf-8") as f:
+            f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {message}\n")
+
+    def append(self, records: list[dict]) -> None:
+        """Append metric records to the JSONL and the CSV, flushed to disk."""
+        _append_jsonl(self.metrics, records)
+        new = not self.csv.exists()
+        with open(self.csv, "a", newline="", encoding="utf-8") as f:
+            if new:
+                f.write(_csv_text([]))
+            f.write(_csv_text(records, header=False))
+            _sync(f)
+
+    def truncate(self, spec: RunSpec, iteration: int) -> int:
+        """Drop the run's records from `iteration` on and any torn line; make the CSV match."""
+        lines = self.metrics.read_text(encoding="utf-8").splitlines() \
+            if self.metrics.exists() else []
+        keep = [r for r in report.read_jsonl(self.metrics)
+                if not (r.get("run") == spec.key and r.get("iteration", 0) >= iteration)]
+        if len(keep) != len(lines):
+            _atomic_write(self.metrics, _jsonl_text(keep))
+        text = _csv_text(keep)
+        if not self.csv.exists() or self.csv.read_text(encoding="utf-8") != text:
+            _atomic_write(self.csv, text)
+        return len(lines) - len(keep)
+
+    def has_eval(self, run: str) -> bool:
+        """Whether eval.jsonl holds a record of the given run key."""
+        return any(r.get("run") == run for r in report.read_jsonl(self.evals))
+
+    def drop_evals(self, run: str) -> None:
+        """Remove a run's evaluation records (before evaluating it again)."""
+        rows = report.read_jsonl(self.evals)
+        keep = [r for r in rows if r.get("run") != run]
+        if len(keep) != len(rows):
+            _atomic_write(self.evals, _jsonl_text(keep))
+
+    def add_evals(self, records: list[dict]) -> None:
+        """Append evaluation records."""
+        _append_jsonl(self.evals, records)
+
+
+def _sync(f) -> None:
+    """Flush a file to disk."""
+    f.flush()
+    os.fsync(f.fileno())
+
+
+def _append_jsonl(path: Path, records: list[dict]) -> None:
+    """Append records as JSON lines (after a newline if a killed write left a torn line)."""
+    torn = False
+    if path.exists() and path.stat().st_size:
+        with open(path, "rb") as f:
+            f.seek(-1, os.SEEK_END)
+            torn = f.read(1) != b"\n"
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(("\n" if torn else "") + _jsonl_text(records))
+        _sync(f)
+
+
+def _jsonl_text(records: list[dict]) -> str:
+    """Records as JSON lines text."""
+    return "".join(json.dumps(r) + "\n" for r in records)
+
+
+def _csv_text(records: list[dict], header: bool = True) -> str:
+    """CSV_COLUMNS of the records as CSV text (with the header line unless told not to)."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, CSV_COLUMNS, extrasaction="ignore", lineterminator="\n")
+    if header:
+        writer.writeheader()
+    writer.writerows(records)
+    return buffer.getvalue()
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    """Write a text file whole or not at all (temp file + rename)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        _sync(f)
+    os.replace(tmp, path)
+
+
+def try_evaluate(trainer: Trainer, cfg: BenchConfig, spec: RunSpec, folder: RunFolder,
+                 base: bool = False) -> list[dict]:
+    """evaluate_models, logging and skipping it when the test split can't be loaded (hub)."""
+    try:
+        records = evaluate_models(trainer, cfg, spec, base)
+    except OSError as err:  # e.g. the GSM8K test split without hub access
+        folder.log(f"{spec.key}: evaluation skipped, test split unavailable: {err}")
+        return []
+    folder.log(f"{records[0]['run']}: evaluated " + ", ".join(
+        f"{r['model']} pass@1 {r['pass@1']:.3f} pass@{r['k']} {r['pass@k']:.3f}"
+        for r in records))
+    return records
+
+
+# ------------------------------------------------------------------------------- progress
+class Progress:
+    """A one-line progress bar with an ETA on stderr (plain lines when not a terminal)."""
+
+    def __init__(self, total: int, stream=None, enabled: bool = True):
+        self.total, self.done, self.stream = max(total, 1), 0, stream or sys.stderr
+        self.enabled, self.start, self.counted, self.last_line = enabled, time.time(), 0, 0.0
+
+    def skip(self, n: int) -> None:
+        """Count units finished before this process started (no ETA credit)."""
+        self.done += n
+
+    def update(self, n: int = 1, note: str = "") -> None:
+        """Count n finished units and redraw."""
+        self.done += n
+        self.counted += n
+        if not self.enabled:
+            return
+        elapsed = time.time() - self.start
+        eta = elapsed / self.counted * (self.total - self.done) if self.counted else 0.0
+        width = 24
+        fill = int(width * self.done / self.total)
+        line = (f"[{'#' * fill}{'.' * (width - fill)}] {self.done}/{self.total} "
+                f"{_clock(elapsed)} elapsed, ETA {_clock(eta)}  {note}")
+        if self._tty():
+            self.stream.write("\r" + line[:150].ljust(150))
+        elif time.time() - self.last_line > 5 or self.done == self.total:
+            self.stream.write(line + "\n")
+            self.last_line = time.time()
+        self.stream.flush()
+
+    def _tty(self) -> bool:
+        """Whether the stream is a terminal (redraw in place) rather than a log."""
+        return getattr(self.stream, "isatty", lambda: False)()
+
+    def close(self) -> None:
+        """End the bar's line."""
+        if self.enabled and self._tty():
+            self.stream.write("\n")
+
+
+def _clock(seconds: float) -> str:
+    """Seconds as 3m05s or 1h02m."""
+    m, s = divmod(int(seconds), 60)
+    return f"{m // 60}h{m % 60:02d}m" if m >= 60 else f"{m}m{s:02d}s"
+
+
+# ------------------------------------------------------------------------------- driver
+def run_one(cfg: BenchConfig, spec: RunSpec, folder: RunFolder, bar: Progress,
+            stop_after: int | None = None) -> bool:
+    """Train (or continue) one run, log every iteration, evaluate; True once finished."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    trainer = Trainer(train_config(cfg, spec))
+    audit_copy_rate(trainer.learner)
+    if wants_eval(cfg, spec.task) and not folder.has_eval(spec.base_key):
+        folder.add_evals(try_evaluate(trainer, cfg, spec, folder, base=True))
+    if folder.ckpt(spec).exists():
+        trainer.load(str(folder.ckpt(spec)))
+        folder.log(f"{spec.key}: resumed from iteration {trainer.iteration}")
+    dropped = folder.truncate(spec, trainer.iteration)
+    if dropped:
+        folder.log(f"{spec.key}: dropped {dropped} records written after the checkpoint")
+    bar.skip(trainer.iteration)
+    tb = folder.path / "tb" / spec.key  # on resume, TensorBoard drops steps >= purge_step
+    writer = SummaryWriter(str(tb), purge_step=trainer.iteration if tb.exists() else None)
+    try:
+        while trainer.iteration < cfg.iterations:
+            if stop_after is not None and trainer.iteration >= stop_after:
+                return False
+            records = flatten(trainer.step(), spec)
+            folder.append(records)
+            for r in records:
+                for name, value in numeric(r).items():
+                    writer.add_scalar(f"{r['agent']}/{name}", value, r["iteration"])
+            writer.flush()
+            if trainer.iteration % cfg.checkpoint_every == 0 \
+                    or trainer.iteration == cfg.iterations:
+                trainer.save(str(folder.ckpt(spec)))
+            folder.log(_iteration_line(spec, records))
+            bar.update(1, f"{spec.key} it {trainer.iteration - 1}")
+    finally:
+        writer.close()
+    if wants_eval(cfg, spec.task):
+        folder.drop_evals(spec.key)
+        folder.add_evals(try_evaluate(trainer, cfg, spec, folder))
+    folder.done_marker(spec).parent.mkdir(parents=True, exist_ok=True)
+    folder.done_marker(spec).touch()
+    folder.log(f"{spec.key}: finished")
+    del trainer
+    gc.collect()
+    return True
+
+
+def _iteration_line(spec: RunSpec, records: list[dict]) -> str:
+    """The log line of one iteration."""
+    parts = [f"{r['agent']}({r['role'][0]}) reward {r['task_reward']:.4g} kl {r['kl']:.4g}"
+             for r in records]
+    times = sum(records[0].get(k, 0.0) for k in TIME_FIELDS)
+    return f"{spec.key} it {records[0]['iteration']}: " + ", ".join(parts) + f" [{times:.1f}s]"
+
+
+def run_benchmark(cfg: BenchConfig, out: str | os.PathLike, resume: bool = False,
+                  progress: bool = True, stop_after: int | None = None) -> Path:
+    """Run (or resume) every run of cfg in folder `out`, then write plots and report.md.
+
+    `stop_after` (testing): stop every run after that many iterations, as a kill would.
+    """
+    threads = torch.get_num_threads()
+    try:
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        return _run_all(cfg, RunFolder(out), resume, progress, stop_after)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run_all(cfg: BenchConfig, folder: RunFolder, resume: bool, progress: bool,
+             stop_after: int | None) -> Path:
+    """run_benchmark's body: runs not yet done, then the report."""
+    if resume:
+        check_resume(cfg, folder.saved_config())
+    else:
+        folder.start(cfg)
+    specs = run_specs(cfg)
+    bar = Progress(len(specs) * cfg.iterations, enabled=progress)
+    folder.log(f"{'resuming' if resume else 'starting'} {len(specs)} runs")
+    finished = True
+    for spec in specs:
+        if folder.done_marker(spec).exists():
+            bar.skip(cfg.iterations)
+            continue
+        finished &= run_one(cfg, spec, folder, bar, stop_after)
+    bar.close()
+    path = report.write_report(folder.path)
+    folder.log(f"report written ({'complete' if finished else 'partial'})")
+    return path
+
+
