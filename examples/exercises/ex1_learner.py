@@ -50,10 +50,12 @@ def main(argv=None) -> list[float]:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--iterations", type=int, default=8)
     args = p.parse_args(argv)
-    model = course_lm(tempfile.mkdtemp(prefix="course-lm-"))
+    tmp = tempfile.TemporaryDirectory(prefix="course-lm-")
+    model = course_lm(tmp.name)
     curve = [m["llm_0"]["task_reward"] for m in
              Trainer(course_config("reinforce-ema", model, args.iterations)).run()]
     print(f"first={curve[0]:.3f} last={curve[-1]:.3f}")
+    tmp.cleanup()
     return curve
 
 

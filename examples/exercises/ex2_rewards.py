@@ -44,12 +44,14 @@ def main(argv=None) -> dict[str, float]:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--iterations", type=int, default=8)
     args = p.parse_args(argv)
-    model = course_lm(tempfile.mkdtemp(prefix="course-lm-"))
+    tmp = tempfile.TemporaryDirectory(prefix="course-lm-")
+    model = course_lm(tmp.name)
     out = {}
     for method in ("cory", "cory-individual", "ippo-difference"):
         last = list(Trainer(course_config(method, model, args.iterations)).run())[-1]
         out[method] = last["llm_0"]["collective_reward"]
         print(f"{method:16s} collective reward {out[method]:.3f}")
+    tmp.cleanup()
     return out
 
 

@@ -24,7 +24,8 @@ def main(argv=None) -> dict[str, dict]:
     p.add_argument("--iterations", type=int, default=8)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    model = course_lm(tempfile.mkdtemp(prefix="course-lm-"))
+    tmp = tempfile.TemporaryDirectory(prefix="course-lm-")
+    model = course_lm(tmp.name)
     out = {}
     for method in ("cory", "cory-no-kt", "cory-no-re"):
         history = list(Trainer(course_config(method, model, args.iterations, args.seed)).run())
@@ -33,6 +34,7 @@ def main(argv=None) -> dict[str, dict]:
         print(f"{method:11s} " + "  ".join(
             f"{a}: r={last[a]['task_reward']:.2f} kl={last[a]['kl']:.2f} ({last[a]['role']})"
             for a in ("llm_0", "llm_1")))
+    tmp.cleanup()
     return out
 
 
