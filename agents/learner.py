@@ -60,12 +60,20 @@ def pioneer_is_swapped(iteration: int, t_rex: int) -> bool:
     return (iteration // t_rex) % 2 == 1
 
 
+def adam(params, lr: float) -> torch.optim.Adam:
+    """Adam, using the fused kernel where every parameter lives on a device that has one."""
+    params = list(params)
+    fused = bool(params) and all(p.is_floating_point() and p.device.type in ("cpu", "cuda")
+                                 for p in params)
+    return torch.optim.Adam(params, lr=lr, fused=fused or None)
+
+
 class PPOAgent:
     """One LLM's learning state: policy, Adam, KL controller and running score statistics."""
 
     def __init__(self, policy, cfg: PPOConfig, sampling: SamplingConfig | None = None):
         self.policy, self.cfg, self.sampling = policy, cfg, sampling
-        self.optimizer = torch.optim.Adam(policy.trainable_parameters(), lr=cfg.lr)
+        self.optimizer = adam(policy.trainable_parameters(), cfg.lr)
         self.kl_ctl = make_kl_controller(cfg)
         self.score_stats = RunningMoments()
         self.backward = self.all_ok = None  # multi-process hooks (see agents/distributed.py)
@@ -84,7 +92,7 @@ class PPOAgent:
 
     def batch(self, turn: Turn, scores: torch.Tensor | None = None) -> PPOBatch:
         """Shape a turn into a PPO batch: -beta*KL per token plus the score on the last one."""
-        if getattr(self.policy, "is_quantized", False):
+        if getattr(self.policy, "needs_recompute", getattr(self.policy, "is_quantized", False)):
             turn = self.recompute(turn)
         scores = scale_scores(turn.reward if scores is None else scores, self.score_stats,
                               self.cfg)
@@ -95,7 +103,7 @@ class PPOAgent:
                         old_values=turn.values, ref_logprobs=turn.ref_logprobs, rewards=rewards)
 
     def recompute(self, turn: Turn) -> Turn:
-        """Old log-probs and values from a full pass (4-bit decoding kernels differ from it)."""
+        """Old log-probs and values from a full pass (4-bit / bf16 decoding differs from it)."""
         with torch.no_grad():
             ev = self.policy.evaluate(turn.input_ids, turn.attention_mask,
                                       turn.response_mask.shape[1], sampling=self.sampling)
@@ -157,7 +165,7 @@ class Learner:
 
     def metrics(self, turns: dict[str, Turn], stats: dict) -> dict[str, dict[str, float]]:
         """Per-agent metrics of an iteration (task reward, KL, combined reward, ...)."""
-        collective = sum(t.task_reward for t in turns.values())
+        collective = sum(t.task_reward.cpu() for t in turns.values())  # agents' devices differ
         out = {}
         for agent, turn in turns.items():
             beta = self.agents[agent].beta if agent in self.agents else 0.0

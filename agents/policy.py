@@ -24,8 +24,14 @@ here and in `sample`.
 
 With a 4-bit (bitsandbytes) base the single-token cached step and the full pass run different
 kernels, so decode-time log-probs differ from `evaluate` (about 0.1 nat on a tiny random Llama on
-an H200; fp32 and bf16 agree to 1e-5). When `policy.is_quantized`, recompute the old log-probs and
-values with `evaluate` under `torch.no_grad()` before the PPO epochs; it matches the grad pass.
+an H200; fp32 and bf16 agree to 1e-5). When `policy.needs_recompute` (4-bit, or bf16 autocast),
+recompute the old log-probs and values with `evaluate` under `torch.no_grad()` before the PPO
+epochs; it matches the grad pass (PPOAgent does this).
+
+Speed: every pass first drops the leading columns that are padding in every row (exact, since
+positions come from the mask), GPT-2's Python tanh-GELU is swapped for the fused kernel, and on
+a CUDA GPU all passes run under bf16 autocast (`mixed_precision="auto"`; the value head stays
+float32).
 
 Repetition penalty follows the usual rule (seen logit < 0: times penalty, else divided by it), but
 "seen" means attended context tokens only (prompt tokens with mask 1 and earlier response tokens),
@@ -120,6 +126,8 @@ class Evaluation:
     logsoftmax: torch.Tensor | None = None  # (B, T, V) raw, when asked for
 
 
+MIXED_PRECISION = ("auto", "bf16", None)
+
 # ----------------------------------------------------------------------------- helpers
 
 def position_ids_from_mask(mask: torch.Tensor) -> torch.Tensor:
@@ -147,7 +155,9 @@ def transform_logits(logits: torch.Tensor, seen: torch.Tensor | None, s: Samplin
     """Apply repetition penalty, temperature, top-k and top-p (in that order) over the last dim."""
     if s.repetition_penalty != 1.0 and seen is not None:
         p = s.repetition_penalty
-        logits = torch.where(seen, torch.where(logits < 0, logits * p, logits / p), logits)
+        with torch.no_grad():  # a piecewise-constant factor: one multiply, cheap backward
+            factor = torch.where(logits < 0, p, 1.0 / p).masked_fill_(~seen, 1.0)
+        logits = logits * factor
     if s.temperature != 1.0:
         logits = logits / s.temperature
     if 0 < s.top_k < logits.shape[-1]:
@@ -167,7 +177,9 @@ def sample_from_logprobs(logp: torch.Tensor, generator: torch.Generator | None =
     Zero-probability entries can never be drawn: the first index whose CDF exceeds u is returned.
     """
     cdf = logp.exp().cumsum(-1)
-    u = torch.rand(cdf.shape[0], 1, generator=generator, device=cdf.device, dtype=cdf.dtype)
+    where = generator.device if generator is not None else cdf.device  # a CPU generator works too
+    u = torch.rand(cdf.shape[0], 1, generator=generator, device=where, dtype=cdf.dtype)
+    u = u.to(cdf.device)
     token = torch.searchsorted(cdf, u * cdf[:, -1:], right=True)
     return token.squeeze(-1).clamp(max=cdf.shape[-1] - 1)
 
@@ -184,6 +196,37 @@ def _disable_dropout(model: nn.Module) -> None:
             m.p = 0.0
         if isinstance(getattr(m, "attention_dropout", None), float):  # Llama-style attention
             m.attention_dropout = 0.0
+
+
+class _TanhGELU(nn.Module):
+    """The tanh-approximated GELU of GPT-2 (`gelu_new`) as PyTorch's fused kernel."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.gelu(x, approximate="tanh")
+
+
+def _fuse_gelu(model: nn.Module) -> None:
+    """Swap transformers' Python `NewGELUActivation` (6 ops) for one fused op (same formula).
+
+    Outputs agree to ~2e-7; a GPT-2 training step gets about 5-10% faster on CPU.
+    """
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if type(child).__name__ == "NewGELUActivation":
+                setattr(module, name, _TanhGELU())
+
+
+def trim_left_padding(ids: torch.Tensor, mask: torch.Tensor, keep: int = 1):
+    """Drop the leading columns that are padding in every row, keeping at least `keep` columns.
+
+    Outputs at the remaining columns do not change: positions come from the mask, and masked
+    keys get zero attention weight, so all-padding columns are pure wasted compute.
+    """
+    L = mask.shape[1]
+    real = mask.bool().any(0)
+    first = int(real.int().argmax()) if bool(real.any()) else L
+    first = min(first, max(L - keep, 0))
+    return (ids[:, first:], mask[:, first:]) if first else (ids, mask)
 
 
 def _atomic_dir(path: str):
@@ -250,8 +293,13 @@ class LLMPolicy(nn.Module):
     """Causal LM + value head, with KV-cache sampling, batched re-evaluation and a reference."""
 
     def __init__(self, model: nn.Module, *, reference: nn.Module | str | None = None,
-                 adapter_name: str | None = None, pad_token_id: int | None = None):
+                 adapter_name: str | None = None, pad_token_id: int | None = None,
+                 mixed_precision: str | None = "auto"):
         super().__init__()
+        if mixed_precision not in MIXED_PRECISION:
+            raise ValueError(f"mixed_precision must be one of {MIXED_PRECISION}, "
+                             f"got {mixed_precision!r}")
+        self.mixed_precision = mixed_precision
         self.model = model  # an HF causal LM, or a peft PeftModel wrapping one
         self.adapter_name = adapter_name if self.is_lora else None
         if isinstance(reference, nn.Module):
@@ -293,8 +341,14 @@ class LLMPolicy(nn.Module):
                         load_in_4bit: bool = False, reference: str | None = "auto",
                         device=None, dtype=None, adapter_name: str = "default",
                         disable_dropout: bool = True, pad_token_id: int | None = None,
+                        fuse_gelu: bool = True, mixed_precision: str | None = "auto",
                         **hf_kwargs) -> LLMPolicy:
-        """Load a causal LM (optionally 4-bit + LoRA) and wrap it with a value head + reference."""
+        """Load a causal LM (optionally 4-bit + LoRA) and wrap it with a value head + reference.
+
+        `fuse_gelu` runs GPT-2's tanh-GELU as one fused op (same function, faster).
+        `mixed_precision`: "auto" = bf16 autocast on a CUDA GPU that supports it, fp32
+        elsewhere; "bf16" = bf16 autocast on any device; None = never.
+        """
         if reference == "auto":
             reference = "adapter" if lora is not None else "copy"
         if reference not in ("copy", "adapter", None):
@@ -306,6 +360,8 @@ class LLMPolicy(nn.Module):
         lm = _load_lm(name_or_path, load_in_4bit, device, dtype, hf_kwargs)
         if disable_dropout:
             _disable_dropout(lm)
+        if fuse_gelu:
+            _fuse_gelu(lm)
         ref = copy.deepcopy(lm) if reference == "copy" else reference
         if lora is not None:
             from peft import get_peft_model
@@ -314,7 +370,8 @@ class LLMPolicy(nn.Module):
             lm = get_peft_model(lm, _lora_config(lora), adapter_name=adapter_name)
             if disable_dropout:
                 _disable_dropout(lm)
-        return cls(lm, reference=ref, adapter_name=adapter_name, pad_token_id=pad_token_id)
+        return cls(lm, reference=ref, adapter_name=adapter_name, pad_token_id=pad_token_id,
+                   mixed_precision=mixed_precision)
 
     @classmethod
     def shared_lora_pair(cls, name_or_path: str, lora: LoraSettings,
@@ -331,7 +388,7 @@ class LLMPolicy(nn.Module):
             _disable_dropout(peft_model)
         peft_model.set_adapter(names[0])
         second = cls(peft_model, reference="adapter", adapter_name=names[1],
-                     pad_token_id=first.pad_token_id)
+                     pad_token_id=first.pad_token_id, mixed_precision=first.mixed_precision)
         first._all_lora = second._all_lora  # both adapters' params, restored after set_adapter
         first._restore_grad()
         return first, second
@@ -357,6 +414,26 @@ class LLMPolicy(nn.Module):
     def is_quantized(self) -> bool:
         """True for a bitsandbytes-quantized base (decode log-probs then differ from evaluate)."""
         return getattr(self.hf_model.config, "quantization_config", None) is not None
+
+    @property
+    def amp_dtype(self) -> torch.dtype | None:
+        """The autocast dtype of every pass (see `mixed_precision`), or None for none."""
+        if self.mixed_precision == "bf16":
+            return torch.bfloat16
+        if self.mixed_precision == "auto" and self.device.type == "cuda" \
+                and torch.cuda.is_bf16_supported():
+            return torch.bfloat16
+        return None
+
+    def autocast(self):
+        """The mixed-precision context of this policy's passes (a no-op without one)."""
+        dtype = self.amp_dtype
+        return nullcontext() if dtype is None else torch.autocast(self.device.type, dtype=dtype)
+
+    @property
+    def needs_recompute(self) -> bool:
+        """True when decode-time log-probs differ from `evaluate` (4-bit or mixed precision)."""
+        return self.is_quantized or self.amp_dtype is not None
 
     @property
     def has_reference(self) -> bool:
@@ -392,14 +469,16 @@ class LLMPolicy(nn.Module):
         if position_ids is None:
             position_ids = position_ids_from_mask(mask)[:, -ids.shape[1]:]
         kw = {self._cache_key: cache} if cache is not None else {}
-        out = hf.base_model(input_ids=ids, attention_mask=mask, position_ids=position_ids,
-                            use_cache=use_cache, **kw)
+        with self.autocast():
+            out = hf.base_model(input_ids=ids, attention_mask=mask, position_ids=position_ids,
+                                use_cache=use_cache, **kw)
         new_cache = getattr(out, self._cache_key, None) if use_cache else None
         return out.last_hidden_state, new_cache
 
     def _heads(self, h: torch.Tensor):
-        """Logits (float32) and values from hidden states."""
-        logits = self.hf_model.get_output_embeddings()(h).float()
+        """Logits (float32) and values (the value head always runs in float32)."""
+        with self.autocast():
+            logits = self.hf_model.get_output_embeddings()(h).float()
         return logits, self.value_head(h.float()).squeeze(-1)
 
     def forward(self, input_ids, attention_mask, past_key_values=None, position_ids=None):
@@ -422,6 +501,7 @@ class LLMPolicy(nn.Module):
         sampling = sampling or SamplingConfig()
         with torch.inference_mode():
             self._activate()
+            prompt_ids, prompt_mask = trim_left_padding(prompt_ids, prompt_mask)
             h, cache = self._hidden(self.hf_model, prompt_ids, prompt_mask, use_cache=True)
             logits, value = self._heads(h[:, -1])
             seen = None
@@ -475,6 +555,7 @@ class LLMPolicy(nn.Module):
         """
         self._activate()
         T = n_response
+        input_ids, attention_mask = trim_left_padding(input_ids, attention_mask, T + 1)
         h, _ = self._hidden(self.hf_model, input_ids, attention_mask)
         logits, values = self._heads(h[:, -T - 1:-1])  # position t-1 predicts response token t
         raw = F.log_softmax(logits, dim=-1)
@@ -511,9 +592,11 @@ class LLMPolicy(nn.Module):
             with ctx:
                 for i in range(0, input_ids.shape[0], chunk_size):
                     with torch.inference_mode():
-                        ids, mask = input_ids[i:i + chunk_size], attention_mask[i:i + chunk_size]
+                        ids, mask = trim_left_padding(input_ids[i:i + chunk_size],
+                                                      attention_mask[i:i + chunk_size], T + 1)
                         h, _ = self._hidden(hf, ids, mask)
-                        logits = hf.get_output_embeddings()(h[:, -T - 1:-1]).float()
+                        with self.autocast():
+                            logits = hf.get_output_embeddings()(h[:, -T - 1:-1]).float()
                     with torch.no_grad():  # outside inference mode: a normal tensor for losses
                         out.append(F.log_softmax(logits, dim=-1))
         finally:

@@ -70,15 +70,22 @@ def rollout(env: BatchedCoryEnv, policies: Mapping[str, object], sampling=None,
             if env.finished or env.agent_selection != agent:
                 break
             policy.feed(state, step.token, active)
-        partial[agent] = (role, steps, policy)
-    turns = {}
-    for agent, (role, steps, policy) in partial.items():
-        turns[agent] = _finish_turn(env, agent, role, steps, policy, T,
-                                    rewards[agent], infos[agent])
-    return turns
+        del state  # the KV cache
+        # Finish the turn's tensors now, so its (B, V) log-softmaxes are freed before the next turn.
+        partial[agent] = _turn_tensors(env, agent, role, steps, policy, T)
+    return {agent: _with_rewards(parts, rewards[agent], infos[agent])
+            for agent, parts in partial.items()}
 
 
-def _finish_turn(env, agent, role, steps, policy, T, reward, info) -> Turn:
+def _with_rewards(parts: dict, reward, info) -> Turn:
+    """The Turn of a finished turn's tensors plus the rewards and texts known at the end."""
+    device = parts["values"].device
+    return Turn(**parts, task_reward=info["task_reward"].to(device), reward=reward.to(device),
+                texts=list(info["response"]))
+
+
+def _turn_tensors(env, agent, role, steps, policy, T) -> dict:
+    """A finished turn's per-token tensors: sampled log-probs, values, reference and exact KL."""
     device = policy.device
     seq = env.turn(agent)
     ids, mask = seq["input_ids"].to(device), seq["attention_mask"].to(device)
@@ -87,16 +94,17 @@ def _finish_turn(env, agent, role, steps, policy, T, reward, info) -> Turn:
 
     def stack(name):
         x = torch.stack([getattr(s, name) for s in steps], dim=1).float()
-        return torch.nn.functional.pad(x, (0, pad) if x.dim() == 2 else (0, 0, 0, pad))
+        return torch.nn.functional.pad(x, (0, pad))
 
-    logsoftmax = stack("logsoftmax")  # (B, T, V)
-    ref = policy.reference_logsoftmax(ids, mask, T).float()
+    ref = policy.reference_logsoftmax(ids, mask, T)
     response = ids[:, -T:]
-    ref_logprobs = ref.gather(-1, response.unsqueeze(-1)).squeeze(-1) * response_mask
-    kl = full_kl(logsoftmax, ref) * response_mask
-    return Turn(agent=agent, role=role, input_ids=ids, attention_mask=mask,
+    ref_logprobs = ref.gather(-1, response.unsqueeze(-1)).squeeze(-1).float() * response_mask
+    # KL one step at a time: (B, V) temporaries instead of several (B, T, V) ones.
+    kl = torch.zeros_like(response_mask)
+    for t, step in enumerate(steps):
+        kl[:, t] = full_kl(step.logsoftmax.float(), ref[:, t].float())
+    return dict(agent=agent, role=role, input_ids=ids, attention_mask=mask,
                 response_mask=response_mask, logprobs=stack("logprob") * response_mask,
                 raw_logprobs=stack("raw_logprob") * response_mask,
-                values=stack("value") * response_mask, ref_logprobs=ref_logprobs, full_kl=kl,
-                task_reward=info["task_reward"].to(device), reward=reward.to(device),
-                texts=list(info["response"]))
+                values=stack("value") * response_mask, ref_logprobs=ref_logprobs,
+                full_kl=kl * response_mask)

@@ -41,6 +41,8 @@ class TemplateRenderer:
     def render(self, q_ids, q_len, r_ids, r_len, width: int, pad: int):
         """Return (ids (B,width), mask (B,width), dropped (B,)) with prompts right-aligned."""
         batch = len(q_len)
+        if batch == 1:
+            return self._render_one(q_ids[0, : q_len[0]], r_ids[0, : r_len[0]], width, pad)
         parts = []
         for piece in self.pieces:
             if isinstance(piece, str) and piece == QUERY:
@@ -69,6 +71,20 @@ class TemplateRenderer:
         src = np.clip(cols - start + dropped[:, None], 0, full.shape[1] - 1)
         out[mask] = np.take_along_axis(full, src, axis=1)[mask]
         return out, mask.astype(np.int8), dropped
+
+    def _render_one(self, query, response, width: int, pad: int):
+        """`render` for a single episode (the AEC env's path): one concatenate, no index maths."""
+        parts = [query if isinstance(piece, str) and piece == QUERY else
+                 response if isinstance(piece, str) else piece for piece in self.pieces]
+        row = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        dropped = max(len(row) - width, 0)
+        row = row[dropped:]
+        out = np.full((1, width), pad, dtype=np.int64)
+        mask = np.zeros((1, width), dtype=np.int8)
+        if len(row):
+            out[0, width - len(row):] = row
+            mask[0, width - len(row):] = 1
+        return out, mask, np.array([dropped], dtype=np.int64)
 
 
 class Episodes:
@@ -129,6 +145,11 @@ class Episodes:
     # -- stepping ---------------------------------------------------------------------------
     def check_tokens(self, tokens: np.ndarray) -> None:
         """Raise ValueError naming the first out-of-range token among active episodes."""
+        if self.batch == 1:  # the AEC env's hot path: Python scalars, no array ops
+            tok = int(tokens[0])
+            if not 0 <= tok < self.vocab and not self.turn_done[0]:
+                raise ValueError(f"token {tok} is out of range for vocabulary size {self.vocab}")
+            return
         bad = ((tokens < 0) | (tokens >= self.vocab)) & ~self.turn_done
         if bad.any():
             tok = int(tokens[np.argmax(bad)])
@@ -138,16 +159,13 @@ class Episodes:
         """Append one token per active episode; return True when the current turn has ended."""
         if self.finished:
             raise RuntimeError("episodes are finished; call start() first")
-        active = ~self.turn_done
         slot, col = self.turn, self.P + self.t
-        self.ids[slot, :, col] = np.where(active, tokens, self.pad)
-        self.mask[slot, :, col] = active
-        self.resp_len[slot] += active
-        ended = active & (tokens == self.eos)
-        self.hit_eos[slot] |= ended
-        self.turn_done |= ended
+        if self.batch == 1:
+            all_done = self._append_one(slot, col, int(tokens[0]))
+        else:
+            all_done = self._append(slot, col, tokens)
         self.t += 1
-        if self.t < self.T and not self.turn_done.all():
+        if self.t < self.T and not all_done:
             return False
         self.texts[slot] = self.responses(slot)
         if slot == PIONEER and not self.single_agent:
@@ -156,6 +174,30 @@ class Episodes:
             self._score()
             self.finished = True
         return True
+
+    def _append(self, slot: int, col: int, tokens: np.ndarray) -> bool:
+        """Write column col of every active episode; return True when all turns are done."""
+        active = ~self.turn_done
+        self.ids[slot, :, col] = np.where(active, tokens, self.pad)
+        self.mask[slot, :, col] = active
+        self.resp_len[slot] += active
+        ended = active & (tokens == self.eos)
+        self.hit_eos[slot] |= ended
+        self.turn_done |= ended
+        return bool(self.turn_done.all())
+
+    def _append_one(self, slot: int, col: int, token: int) -> bool:
+        """`_append` for a single episode with Python scalars (the AEC env's hot path)."""
+        if self.turn_done[0]:  # its column stays padding, as in _append
+            return True
+        self.ids[slot, 0, col] = token
+        self.mask[slot, 0, col] = 1
+        self.resp_len[slot, 0] += 1
+        if token == self.eos:
+            self.hit_eos[slot, 0] = True
+            self.turn_done[0] = True
+            return True
+        return False
 
     # -- rewards ----------------------------------------------------------------------------
     def responses(self, slot: int) -> list[str]:
