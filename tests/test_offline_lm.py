@@ -1,0 +1,137 @@
+"""Tests for the offline reference LMs (cory_env.offline.lm), on the fast "tiny" budget."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoTokenizer, GPT2LMHeadModel
+
+from cory_env.offline import build, lm
+
+REPORT_KEYS = {"task", "budget", "model", "train", "heldout_perplexity", "samples", "copy",
+               "gap", "observer_gap", "pioneer_pass@1", "eval_episodes"}
+
+
+def _reset_memo():
+    build._load_tokenizer.cache_clear()
+    build._load_scorer.cache_clear()
+
+
+@pytest.fixture(scope="module")
+def cache_root(tmp_path_factory):
+    """One cache root for the module, where both tiny models get built once."""
+    return tmp_path_factory.mktemp("cory-lm-cache")
+
+
+@pytest.fixture
+def cache(cache_root, monkeypatch):
+    monkeypatch.setenv("CORY_CACHE", str(cache_root))
+    monkeypatch.delenv(lm.BUDGET_ENV, raising=False)
+    return cache_root
+
+
+@pytest.mark.parametrize("task", ["sentiment", "arithmetic"])
+def test_build_gives_loadable_model_tokenizer_and_report(cache, task):
+    path = lm.reference_lm(task, budget="tiny", verbose=False)
+    assert path == cache / "models" / f"{task}-tiny-v1"
+    model = GPT2LMHeadModel.from_pretrained(path)
+    tok = AutoTokenizer.from_pretrained(path)
+    assert model.config.vocab_size == len(tok) == len(build.task_tokenizer(task))
+    assert tok.eos_token_id == build.task_tokenizer(task).eos_token_id
+    ids = torch.tensor([tok.encode("The answer is 9.")])
+    assert model(input_ids=ids).logits.shape == (1, ids.shape[1], len(tok))
+
+    report = json.loads((path / "report.json").read_text())
+    assert REPORT_KEYS <= set(report)
+    assert report["task"] == task and report["budget"] == "tiny"
+    gap = report["gap"]
+    assert report["observer_gap"] == pytest.approx(
+        gap["observer_reward_kt"] - gap["observer_reward_no_kt"])
+    assert all(np.isfinite(v) for v in gap.values())
+    assert all(np.isfinite(v) for v in report["copy"].values())
+    assert len(report["samples"]) == lm.BUDGETS["tiny"][task].n_samples
+    assert {"query", "pioneer", "observer", "rewards"} <= set(report["samples"][0])
+    if task == "arithmetic":
+        assert 0.0 <= report["pioneer_pass@1"] <= 1.0
+        assert 0.0 <= report["copy"]["copy_correct_reference"] <= 1.0
+    else:
+        assert 0.0 <= report["copy"]["content_word_copy_rate"] <= 1.0
+    # it learned something: far better than a uniform guess over the vocabulary
+    assert report["heldout_perplexity"] < len(tok) / 5
+
+
+def test_second_call_reuses_the_cache(cache, monkeypatch):
+    path = lm.reference_lm("arithmetic", budget="tiny", verbose=False)
+    mtime = (path / "model.safetensors").stat().st_mtime_ns
+
+    def fail(*args, **kwargs):
+        raise AssertionError("retrained although cached")
+
+    monkeypatch.setattr(lm, "_train", fail)
+    assert lm.reference_lm("arithmetic", budget="tiny") == path
+    assert (path / "model.safetensors").stat().st_mtime_ns == mtime
+
+
+def test_budget_comes_from_the_environment(cache, monkeypatch):
+    monkeypatch.setenv(lm.BUDGET_ENV, "tiny")
+    assert lm.resolve_budget() == "tiny"
+    assert lm.model_dir("arithmetic") == cache / "models" / "arithmetic-tiny-v1"
+    monkeypatch.delenv(lm.BUDGET_ENV)
+    assert lm.resolve_budget() == "full"
+    with pytest.raises(ValueError, match="budget"):
+        lm.resolve_budget("huge")
+    with pytest.raises(ValueError, match="task"):
+        lm.reference_lm("poetry", budget="tiny")
+
+
+def test_build_report_reads_a_model_folder(cache):
+    path = lm.reference_lm("arithmetic", budget="tiny", verbose=False)
+    again = lm.build_report("arithmetic", path)
+    saved = json.loads((path / "report.json").read_text())
+    assert again["heldout_perplexity"] == pytest.approx(saved["heldout_perplexity"], rel=1e-4)
+    assert again["gap"] == pytest.approx(saved["gap"])  # seeded sampling
+
+
+def test_tiny_builds_are_deterministic(tmp_path, monkeypatch):
+    weights = []
+    for name in ("a", "b"):
+        monkeypatch.setenv("CORY_CACHE", str(tmp_path / name))
+        _reset_memo()
+        path = lm.reference_lm("arithmetic", budget="tiny", verbose=False)
+        weights.append(GPT2LMHeadModel.from_pretrained(path).state_dict())
+    _reset_memo()
+    assert weights[0].keys() == weights[1].keys()
+    for key in weights[0]:
+        assert torch.equal(weights[0][key], weights[1][key]), key
+
+
+def test_training_sequences_match_the_env_prompts(cache):
+    """The env's prompt tokens are a prefix of a pretraining sequence built the same way."""
+    import cory_env
+
+    for task in ("arithmetic", "sentiment"):
+        data = lm._Data(task)
+        env = cory_env.BatchedCoryEnv(batch_size=1, task=task, split="test")
+        obs = env.reset(seed=0)
+        prompt = obs["input_ids"][0][obs["attention_mask"][0].bool()].tolist()
+        q = env.episodes.queries[0]
+        ids = list(q.ids) if q.ids is not None else data.tok.encode(q.text)
+        assert lm._assemble(data.pio, ids) == prompt
+
+
+def test_shared_prefix_loss_equals_the_plain_loss(cache):
+    """Computing the common one-shot prefix once gives the same loss and gradients."""
+    data = lm._Data("arithmetic")
+    seqs = data.sequences(6, seed=5)
+    ids, mask, weights = lm._pad(seqs, range(6), data.eos, prompt_weight=0.5)
+    assert lm._common_prefix(ids, mask) >= 16
+    model = lm._new_model(len(data.tok), data.eos, lm.BUDGETS["tiny"]["arithmetic"])
+    results = []
+    for min_shared in (16, 10**9):
+        model.zero_grad()
+        loss = lm.lm_loss(model, ids, mask, weights, min_shared=min_shared)
+        loss.backward()
+        results.append((loss.item(), model.transformer.wte.weight.grad.clone()))
+    assert results[0][0] == pytest.approx(results[1][0], rel=1e-5)
+    torch.testing.assert_close(results[0][1], results[1][1], rtol=1e-4, atol=1e-6)
