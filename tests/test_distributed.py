@@ -91,6 +91,11 @@ def worker(argv) -> None:
     args = p.parse_args(argv)
     run_rank(args.model, args.out, "cory", iterations=3, poison_iteration=2)
     run_rank(args.model, args.out, "mappo", iterations=2, poison_iteration=None)
+    import torch.distributed as dist
+
+    if dist.is_initialized():  # leave together: a rank exiting mid-teardown aborts gloo
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def run_rank(model, out, method, iterations, poison_iteration) -> None:
