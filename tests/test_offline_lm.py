@@ -34,7 +34,7 @@ def cache(cache_root, monkeypatch):
 @pytest.mark.parametrize("task", ["sentiment", "arithmetic"])
 def test_build_gives_loadable_model_tokenizer_and_report(cache, task):
     path = lm.reference_lm(task, budget="tiny", verbose=False)
-    assert path == cache / "models" / f"{task}-tiny-v1"
+    assert path == cache / "models" / f"{task}-tiny-{lm.VERSION}"
     model = GPT2LMHeadModel.from_pretrained(path)
     tok = AutoTokenizer.from_pretrained(path)
     assert model.config.vocab_size == len(tok) == len(build.task_tokenizer(task))
@@ -76,7 +76,7 @@ def test_second_call_reuses_the_cache(cache, monkeypatch):
 def test_budget_comes_from_the_environment(cache, monkeypatch):
     monkeypatch.setenv(lm.BUDGET_ENV, "tiny")
     assert lm.resolve_budget() == "tiny"
-    assert lm.model_dir("arithmetic") == cache / "models" / "arithmetic-tiny-v1"
+    assert lm.model_dir("arithmetic") == cache / "models" / f"arithmetic-tiny-{lm.VERSION}"
     monkeypatch.delenv(lm.BUDGET_ENV)
     assert lm.resolve_budget() == "full"
     with pytest.raises(ValueError, match="budget"):

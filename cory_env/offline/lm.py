@@ -14,16 +14,25 @@ So a prompt the env shows the model has the same tokens as the pretraining data,
 lone space token after ``Question: `` and ``positive: `` that whole-text tokenization would
 merge into the next word.
 
-- ``sentiment``: 70% whole generated reviews (the pioneer's job: continue a 2-8 token prefix),
-  30% observer sequences: the observer template filled with a review prefix and its next
-  (usually 12) tokens, followed by the more positive rewrite of those tokens.
+- ``sentiment``: whole generated reviews (the pioneer's job: continue a 2-8 token prefix) and,
+  60% of the time in the "full" budget, observer sequences: the observer template filled with
+  a review prefix and its next (usually 12) tokens, followed by the more positive rewrite
+  (``corpus.positivise``) of those tokens.
 - ``arithmetic``: 60% pioneer sequences (one-shot prompt, question, worked solution), 40%
-  observer sequences whose ``Reference:`` is a right or wrong solution (half each), followed by
-  the right solution.
+  observer sequences whose ``Reference:`` is a right or wrong solution (half each, cut to the
+  env's 32 response tokens), followed by the right solution.
 
-Every sequence ends with EOS and starts at position 0 (no packing), as env prompts do.
-Training is seeded and its data order fixed, so a build is reproducible on a given machine.
-``report.json`` in the model folder holds held-out measurements (``build_report``).
+Every sequence ends with EOS and starts at position 0 (no packing), as env prompts do. The
+arithmetic one-shot prompt that all rows of a batch share is computed once per batch
+(``lm_loss``). Training is seeded, its data order fixed and its thread count fixed per budget,
+so a build is reproducible on a given kind of machine. ``report.json`` in the model folder
+holds held-out measurements (``build_report``).
+
+Measured (4 layers, n_embd 128, ~0.95M parameters; see the reports for the numbers): the
+sentiment observer rewrites towards positive and so beats the no-transfer observer by a wide
+margin; the arithmetic LM copies the question's numbers into the right template but its sums
+are mostly wrong, so its pass@1 is low (well under the 20-40% one would like) and its observer
+does not yet gain from the reference.
 """
 
 from __future__ import annotations
@@ -53,7 +62,7 @@ from cory_env.offline.build import TASKS, task_tokenizer
 from cory_env.offline.cache import cache_dir, cached_dir
 
 BUDGET_ENV = "CORY_LM_BUDGET"
-VERSION = "v1"
+VERSION = "v2"  # bump when the data, model or training change: old caches are then ignored
 _TRAIN_SEED, _HELDOUT_SEED = 31, 97  # corpus seeds; the env's queries use seeds 0/1 and 1000/1001
 
 
@@ -82,10 +91,7 @@ class Budget:
 
 # Shares of the training sequences: "observer" sequences (the rest are pioneer sequences), and
 # for arithmetic the share of observer sequences whose reference is right.
-MIXES = {"sentiment": {"observer": 0.3},
-         "arithmetic": {"observer": 0.4, "right_reference": 0.5, "drill": 0.0}}
-_EQUATION = re.compile(r"(\d+ [-+*] \d+) = (\d+)")
-_DRILL_QUESTION, _DRILL_FACTS = "Work out these steps.", 8
+MIXES = {"sentiment": {"observer": 0.3}, "arithmetic": {"observer": 0.4, "right_reference": 0.5}}
 
 _TINY = Budget(n_layer=2, n_embd=48, n_head=2, steps=40, batch_size=16, lr=1e-2, warmup=5,
                n_heldout=32, eval_episodes=8, n_samples=2)
@@ -94,8 +100,8 @@ BUDGETS: dict[str, dict[str, Budget]] = {
     "full": {
         "sentiment": Budget(n_layer=4, n_embd=128, n_head=4, steps=600, batch_size=48, lr=5e-3,
                             warmup=40, threads=2, mix=(("observer", 0.6),)),
-        "arithmetic": Budget(n_layer=4, n_embd=128, n_head=4, steps=900, batch_size=24,
-                             lr=6e-3, warmup=50, threads=2, mix=(("drill", 0.3),)),
+        "arithmetic": Budget(n_layer=4, n_embd=128, n_head=4, steps=1800, batch_size=12,
+                             lr=4e-3, warmup=60, threads=2),
     },
     "tiny": {"sentiment": _TINY, "arithmetic": _TINY},
 }
@@ -242,17 +248,10 @@ class _Data:
     def _arithmetic(self, n: int, seed: int, split: str) -> list[tuple[list[int], list[int]]]:
         rng = random.Random(f"lm-arithmetic:{seed}")
         out = []
-        problems = corpus.arithmetic_problems(n, seed, split)
-        facts = [f for p in problems for f in _EQUATION.findall(p["solution"])]
-        for p in problems:
+        for p in corpus.arithmetic_problems(n, seed, split):
             q = self.tok.encode(p["question"], add_special_tokens=False)
             answer = self.solution_ids(p["solution"])
-            kind = rng.random()
-            if kind < self.mix["drill"]:
-                drill = ". ".join(" = ".join(f) for f in rng.sample(facts, _DRILL_FACTS)) + "."
-                q = self.tok.encode(_DRILL_QUESTION, add_special_tokens=False)
-                out.append((_assemble(self.pio, q), self.solution_ids(drill)))
-            elif kind < self.mix["drill"] + self.mix["observer"]:
+            if rng.random() < self.mix["observer"]:
                 right = rng.random() < self.mix["right_reference"]
                 ref = p["solution"] if right else corpus.wrong_solution(rng, p)
                 ref_ids = self.solution_ids(ref)[: self.max_new]  # as long as the env allows
