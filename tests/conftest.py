@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
+from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
 from cory_env import Query, Task
 
@@ -59,3 +59,20 @@ class ToyTask(Task):
 @pytest.fixture
 def toy_task():
     return ToyTask()
+
+
+def save_toy_lm(path) -> str:
+    """A tiny random GPT-2 with the toy tokenizer, saved as an HF folder."""
+    tok = toy_tokenizer()
+    tok.save_pretrained(path)
+    torch.manual_seed(0)
+    cfg = GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=len(tok), n_positions=64,
+                     eos_token_id=tok.eos_token_id, bos_token_id=tok.eos_token_id)
+    GPT2LMHeadModel(cfg).save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def toy_lm(tmp_path_factory):
+    """The tiny toy GPT-2 folder, built once per test session."""
+    return save_toy_lm(tmp_path_factory.mktemp("toylm"))

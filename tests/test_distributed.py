@@ -14,8 +14,7 @@ import sys
 
 import pytest
 import torch
-from conftest import WORDS, ToyTask, toy_tokenizer
-from transformers import GPT2Config, GPT2LMHeadModel
+from conftest import WORDS, ToyTask
 
 import cory_env
 from cory_env import Query
@@ -33,22 +32,6 @@ class ShardToyTask(ToyTask):
 
 cory_env.register_task("toy", ToyTask)
 cory_env.register_task("shardtoy", ShardToyTask)
-
-
-def save_toy_lm(path) -> str:
-    """A tiny random GPT-2 with the toy tokenizer, saved as an HF folder."""
-    tok = toy_tokenizer()
-    tok.save_pretrained(path)
-    torch.manual_seed(0)
-    cfg = GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=len(tok), n_positions=64,
-                     eos_token_id=tok.eos_token_id, bos_token_id=tok.eos_token_id)
-    GPT2LMHeadModel(cfg).save_pretrained(path)
-    return str(path)
-
-
-@pytest.fixture(scope="module")
-def toy_lm(tmp_path_factory):
-    return save_toy_lm(tmp_path_factory.mktemp("toylm"))
 
 
 def config(model, method="cory", **kw):

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import ToyTask, toy_tokenizer
-from transformers import GPT2Config, GPT2LMHeadModel
+from conftest import ToyTask
 
 import cory_env
 from agents.learner import pioneer_is_swapped
@@ -14,19 +13,6 @@ from agents.ppo import PPOConfig, gae
 from agents.train import METHODS, TrainConfig, Trainer, known_methods
 
 cory_env.register_task("toy", ToyTask)
-
-
-@pytest.fixture(scope="module")
-def toy_lm(tmp_path_factory):
-    """A tiny random GPT-2 with the toy tokenizer, saved as an HF folder."""
-    path = tmp_path_factory.mktemp("toylm")
-    tok = toy_tokenizer()
-    tok.save_pretrained(path)
-    torch.manual_seed(0)
-    cfg = GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=len(tok), n_positions=64,
-                     eos_token_id=tok.eos_token_id, bos_token_id=tok.eos_token_id)
-    GPT2LMHeadModel(cfg).save_pretrained(path)
-    return str(path)
 
 
 def config(toy_lm, method, **kw):

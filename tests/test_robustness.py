@@ -8,8 +8,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from conftest import ToyTask, toy_tokenizer
-from transformers import GPT2Config, GPT2LMHeadModel
+from conftest import ToyTask
 
 import cory_env
 from agents import train as train_module
@@ -17,18 +16,6 @@ from agents.ppo import PPOConfig
 from agents.train import TrainConfig, Trainer
 
 cory_env.register_task("toy", ToyTask)
-
-
-@pytest.fixture(scope="module")
-def toy_lm(tmp_path_factory):
-    path = tmp_path_factory.mktemp("toylm")
-    tok = toy_tokenizer()
-    tok.save_pretrained(path)
-    torch.manual_seed(0)
-    cfg = GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=len(tok), n_positions=64,
-                     eos_token_id=tok.eos_token_id, bos_token_id=tok.eos_token_id)
-    GPT2LMHeadModel(cfg).save_pretrained(path)
-    return str(path)
 
 
 def config(model, method="cory", **kw):
