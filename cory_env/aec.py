@@ -88,6 +88,27 @@ def resolve_queries(items, pool: list[Query]) -> list[Query]:
     return out
 
 
+class QuerySource:
+    """Seeded query sampling and reset options, shared by the AEC and the batched env."""
+
+    def _init_queries(self) -> None:
+        self._rng = np.random.default_rng(self.config.seed)
+        self._warned: set = set()
+        self.swap_roles = self.config.swap_roles
+
+    def _reset_queries(self, seed, options, n: int, limit: int | None = None) -> list[Query]:
+        """Apply reset(seed, options) and return the n queries of the new episodes."""
+        opts = parse_reset_options(options, self._warned)
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+        if "swap_roles" in opts:
+            self.swap_roles = bool(opts["swap_roles"])
+        pool = self.task.queries(self.config.split)
+        if "queries" in opts:
+            return resolve_queries(opts["queries"][:limit], pool)
+        return [pool[int(i)] for i in self._rng.integers(len(pool), size=n)]
+
+
 def as_token(action) -> int:
     """Return an action as an int token id, or raise TypeError for non-integers."""
     if isinstance(action, (bool, np.bool_)) or not isinstance(action, numbers.Integral):
@@ -98,7 +119,7 @@ def as_token(action) -> int:
     return int(action)
 
 
-class raw_env(AECEnv):
+class raw_env(QuerySource, AECEnv):
     """CORY's sequential two-LLM token-level env (see the module docstring)."""
 
     metadata = {"name": "cory_v0", "render_modes": ["human", "ansi"], "is_parallelizable": True}
@@ -120,9 +141,7 @@ class raw_env(AECEnv):
             "input_ids": spaces.Box(0, vocab - 1, (2 * context,), np.int64),
             "attention_mask": spaces.Box(0, 1, (2 * context,), np.int8),
         })
-        self._rng = np.random.default_rng(self.config.seed)
-        self._warned: set = set()
-        self.swap_roles = self.config.swap_roles
+        self._init_queries()
         self.agents: list[str] = []
 
     # -- spaces ------------------------------------------------------------------------------
@@ -137,17 +156,7 @@ class raw_env(AECEnv):
     # -- episode -----------------------------------------------------------------------------
     def reset(self, seed=None, options=None):
         """Start an episode on a sampled query (or `options["queries"][0]`)."""
-        opts = parse_reset_options(options, self._warned)
-        if seed is not None:
-            self._rng = np.random.default_rng(seed)
-        if "swap_roles" in opts:
-            self.swap_roles = bool(opts["swap_roles"])
-        pool = self.task.queries(self.config.split)
-        if "queries" in opts:
-            queries = resolve_queries(opts["queries"][:1], pool)
-        else:
-            queries = [pool[int(self._rng.integers(len(pool)))]]
-        self._ep.start(queries)
+        self._ep.start(self._reset_queries(seed, options, n=1, limit=1))
         order = role_order(self.swap_roles, self.config.single_agent)
         self._slot = {agent: slot for slot, agent in enumerate(order)}
         self.agents = list(order)

@@ -16,12 +16,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .aec import parse_reset_options, resolve_queries, role_order
+from .aec import QuerySource, role_order
 from .config import EnvConfig
 from .core import OBSERVER, PIONEER, ROLES, Episodes
 
 
-class BatchedCoryEnv:
+class BatchedCoryEnv(QuerySource):
     """B CORY episodes stepped together with (B,) token tensors (see the module docstring)."""
 
     def __init__(self, batch_size: int = 8, device: str | torch.device = "cpu", **config):
@@ -36,9 +36,7 @@ class BatchedCoryEnv:
                                  reward_mode=self.config.reward_mode,
                                  single_agent=self.config.single_agent)
         self.possible_agents = list(role_order(False, self.config.single_agent))
-        self.swap_roles = self.config.swap_roles
-        self._rng = np.random.default_rng(self.config.seed)
-        self._warned: set = set()
+        self._init_queries()
 
     @property
     def prompt_len(self) -> int:
@@ -67,17 +65,7 @@ class BatchedCoryEnv:
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> dict:
         """Start B episodes; options: "swap_roles" (bool), "queries" (B Query objects/indices)."""
-        opts = parse_reset_options(options, self._warned)
-        if seed is not None:
-            self._rng = np.random.default_rng(seed)
-        if "swap_roles" in opts:
-            self.swap_roles = bool(opts["swap_roles"])
-        pool = self.task.queries(self.config.split)
-        if "queries" in opts:
-            queries = resolve_queries(opts["queries"], pool)
-        else:
-            queries = [pool[int(i)] for i in self._rng.integers(len(pool), size=self.batch_size)]
-        self.episodes.start(queries)
+        self.episodes.start(self._reset_queries(seed, options, n=self.batch_size))
         self.agents = list(role_order(self.swap_roles, self.config.single_agent))
         return self.observe()
 
