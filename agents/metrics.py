@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
-
 
 def ngrams(words: Sequence[str], n: int) -> list[tuple[str, ...]]:
     """All n-grams of a word list."""
@@ -49,7 +47,3 @@ def turn_metrics(turn, eta: float, n_samples: int = 3) -> dict:
         "samples": list(turn.texts[:n_samples]),
     }
 
-
-def stack_mean(values: Sequence[float]) -> float:
-    """Mean of floats (nan for none)."""
-    return float(torch.tensor(values, dtype=torch.float64).mean()) if values else float("nan")
