@@ -31,7 +31,12 @@ def load_trainable_state(policy, state: dict[str, torch.Tensor]) -> None:
         for name, value in state.items():
             if name not in params:
                 raise KeyError(f"checkpoint tensor {name!r} has no parameter in the policy")
-            params[name].copy_(value)
+            param = params[name]
+            if type(param).__name__ == "DTensor":  # FSDP: keep this rank's shard of the value
+                from .fsdp import like
+
+                value = like(value, param)
+            param.copy_(value)
 
 
 def trainer_state(trainer) -> dict:

@@ -1,7 +1,9 @@
-"""Multi-process training: every learner (CORY included) under DDP, one data shard per rank.
+"""Multi-process training: every learner (CORY included) under DDP or FSDP2, one data shard per rank.
 
     torchrun --nproc_per_node 2 -m agents.distributed --task sentiment --method cory --cpu
+    torchrun --nproc_per_node 2 -m agents.distributed --task sentiment --method cory --cpu --fsdp
     accelerate launch --multi_gpu --num_processes 4 -m agents.distributed --task imdb ...
+    accelerate launch --config_file docs/accelerate/fsdp.yaml -m agents.distributed --task imdb
 
 or from Python, inside a script started by torchrun / accelerate launch:
 
@@ -29,9 +31,11 @@ synchronised, and how:
   by rank 0 and hold every rank's RNG states, so a resumed run continues exactly.
 
 MAPPO's centralized critic is DDP-wrapped too (its update calls the critic, so the call goes
-through DDP); its non-finite-loss skip is local to a rank, see docs/scaling.md. FSDP and
-DeepSpeed are refused with a clear error: the rollout decodes through the raw modules,
-outside the wrapper's forward (docs/scaling.md says what they need).
+through DDP); its non-finite-loss skip is local to a rank, see docs/scaling.md.
+
+With `sharding="fsdp"` (`--fsdp`, or an accelerate config with `distributed_type: FSDP`) each
+agent, the critic and the reference are sharded per decoder block instead (`agents/fsdp.py`);
+everything else above is unchanged. DeepSpeed is refused with a clear error (docs/scaling.md).
 """
 
 from __future__ import annotations
@@ -262,6 +266,40 @@ def distribute_learner(learner, accelerator) -> None:
         learner.critic = wrap_policy(critic, accelerator, head_unused=True)
 
 
+def shard_learner(learner, comm: _Collectives) -> None:
+    """Make a built learner multi-process with FSDP2: each agent (and critic) sharded per block.
+
+    The optimizers are rebuilt on the sharded parameters; statistics are synced as under DDP.
+    """
+    from .fsdp import check_shardable, shard
+    from .learner import adam
+
+    check_shardable(learner.policies)
+    for agent in learner.agents.values():
+        policy = agent.policy
+        agent.policy = SyncedPolicy(policy, shard(_Call(policy), policy))
+        agent.optimizer = adam(policy.trainable_parameters(), agent.cfg.lr)
+        agent.all_ok = comm.all_ok
+        agent.kl_ctl = SyncedKLController(agent.kl_ctl, comm)
+        agent.score_stats = SyncedMoments(agent.score_stats, comm)
+    critic = getattr(learner, "critic", None)
+    if critic is not None:
+        learner.critic = SyncedPolicy(critic, shard(_Call(critic), critic))
+        learner.critic_optimizer = torch.optim.Adam(critic.trainable_parameters(),
+                                                    lr=learner.cfg.ppo.lr)
+
+
+def _sharded_roots(learner) -> list[nn.Module]:
+    """The FSDP root module of every agent (and of the critic)."""
+    roots = [a.policy.wrapped for a in learner.agents.values()]
+    roots += list({id(p.ref_model): p.ref_model for p in learner.policies.values()
+                   if getattr(p, "ref_model", None) is not None}.values())
+    critic = getattr(learner, "critic", None)
+    if isinstance(critic, SyncedPolicy):
+        roots.append(critic.wrapped)
+    return roots
+
+
 def reduce_metrics(per_rank: list[dict]) -> dict:
     """Average numeric metrics over ranks (timings: the max); other values come from rank 0."""
     first = per_rank[0]
@@ -285,14 +323,19 @@ class DistributedTrainer(Trainer):
     `placement` is for a single process only (several GPUs, one process).
     """
 
-    def __init__(self, cfg: TrainConfig, accelerator=None, env_options: dict | None = None):
+    def __init__(self, cfg: TrainConfig, accelerator=None, env_options: dict | None = None,
+                 sharding: str | None = None):
         accelerator = accelerator or make_accelerator()
         kind = accelerator.distributed_type.name
-        if kind not in SUPPORTED:
+        if sharding is None:
+            sharding = "fsdp" if kind == "FSDP" else "ddp"
+        if sharding not in ("ddp", "fsdp"):
+            raise ValueError(f"sharding must be 'ddp' or 'fsdp', got {sharding!r}")
+        if kind not in SUPPORTED + ("FSDP",):
             raise NotImplementedError(
-                f"distributed_type={kind} is not supported by agents.distributed (DDP only: "
-                f"`accelerate launch --multi_gpu` or torchrun). The rollout decodes through the "
-                f"raw modules, which FSDP / DeepSpeed ZeRO-3 shard; see docs/scaling.md")
+                f"distributed_type={kind} is not supported by agents.distributed (DDP or FSDP: "
+                f"`accelerate launch --multi_gpu`, `--use_fsdp`, or torchrun [--fsdp]). "
+                f"DeepSpeed needs one engine per agent; see docs/scaling.md")
         if accelerator.mixed_precision == "fp16":
             raise ValueError("mixed_precision='fp16' is not supported (PPO clips unscaled "
                              "gradients); use 'bf16' or 'no'")
@@ -309,8 +352,20 @@ class DistributedTrainer(Trainer):
             pool = self.env.task.queries(self.env.config.split)
             self.query_sampler = ShardedQueries(len(pool), self.cfg.batch_size, self.rank,
                                                 self.world_size, self.cfg.seed)
-        distribute_learner(self.learner, accelerator)
+        self.sharding = sharding
+        if sharding == "fsdp":
+            shard_learner(self.learner, self.comm)
+        else:
+            distribute_learner(self.learner, accelerator)
         self.local_metrics: dict | None = None
+
+    def rollout_context(self):
+        """Under FSDP, full parameters on every rank for the whole rollout (no collectives)."""
+        if self.sharding != "fsdp":
+            return super().rollout_context()
+        from .fsdp import gathered
+
+        return gathered(_sharded_roots(self.learner))
 
     @property
     def is_main_process(self) -> bool:
@@ -330,10 +385,18 @@ class DistributedTrainer(Trainer):
                 "python_rng": random.getstate()}
 
     def save(self, path: str) -> None:
-        """Checkpoint from rank 0 with every rank's RNG states (call it on all ranks)."""
+        """Checkpoint from rank 0 with every rank's RNG states (call it on all ranks).
+
+        Under FSDP every rank takes part in gathering the full tensors; rank 0 writes them.
+        """
         ranks = self.comm.gather_object(self._rank_state())
+        state = None
+        if self.sharding == "fsdp":
+            from .fsdp import full_state
+
+            state = full_state(trainer_state(self))
         if self.is_main_process:
-            state = trainer_state(self)
+            state = state or trainer_state(self)
             state.update(world_size=self.world_size, ranks=ranks)
             atomic_save(state, path)
         self.comm.barrier()
@@ -342,6 +405,13 @@ class DistributedTrainer(Trainer):
         """Resume on every rank; a rank missing from the checkpoint gets derived RNG seeds."""
         state = torch.load(path, map_location="cpu", weights_only=False)
         load_trainer_state(self, state)
+        if self.sharding == "fsdp":
+            from .fsdp import shard_optimizer_state
+
+            for agent in self.learner.agents.values():
+                shard_optimizer_state(agent.optimizer)
+            if getattr(self.learner, "critic_optimizer", None) is not None:
+                shard_optimizer_state(self.learner.critic_optimizer)
         ranks = state.get("ranks", [])
         if self.rank < len(ranks):
             own = ranks[self.rank]
@@ -372,7 +442,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     """The command line of `python -m agents.distributed`."""
     p = argparse.ArgumentParser(prog="python -m agents.distributed",
                                 description="Train one method on one task on every rank of a "
-                                            "torchrun / accelerate launch (DDP).")
+                                            "torchrun / accelerate launch (DDP or FSDP).")
     p.add_argument("--task", default="sentiment")
     p.add_argument("--method", default="cory")
     p.add_argument("--model", help="HF name or local folder (default: the task's offline LM)")
@@ -392,6 +462,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    metavar="KEY=JSON", help="a task keyword argument (repeatable)")
     p.add_argument("--cpu", action="store_true", help="train on CPU even if a GPU is visible")
     p.add_argument("--mixed-precision", choices=["no", "bf16"], default=None)
+    p.add_argument("--fsdp", action="store_true",
+                   help="shard each agent with FSDP2 (default: DDP, or what the accelerate "
+                        "config says)")
     p.add_argument("--out", help="folder for metrics.jsonl and checkpoint.pt (rank 0 writes)")
     p.add_argument("--save-every", type=int, default=0, help="checkpoint every N iterations")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
@@ -441,7 +514,7 @@ def main(argv=None) -> int:
     cfg = config_from_args(args).validate()  # a bad config fails before any model loads
     accelerator = make_accelerator(cpu=True if args.cpu else None,
                                    mixed_precision=args.mixed_precision)
-    trainer = DistributedTrainer(cfg, accelerator)
+    trainer = DistributedTrainer(cfg, accelerator, sharding="fsdp" if args.fsdp else None)
     ckpt = os.path.join(args.out, "checkpoint.pt") if args.out else None
     if args.resume and ckpt and os.path.exists(ckpt):
         trainer.load(ckpt)

@@ -56,6 +56,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 
 @dataclass
@@ -182,6 +183,17 @@ def sample_from_logprobs(logp: torch.Tensor, generator: torch.Generator | None =
     u = u.to(cdf.device)
     token = torch.searchsorted(cdf, u * cdf[:, -1:], right=True)
     return token.squeeze(-1).clamp(max=cdf.shape[-1] - 1)
+
+
+# cuDNN's fused attention returns NaN gradients in bf16 when a query row is all padding (the
+# left-padded prompts here): seen on an H200 with torch 2.11, where it made PPO skip most
+# minibatches. The other SDPA kernels handle such rows.
+_SDPA_KERNELS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
+def _attention_kernels(device: torch.device):
+    """On CUDA, let scaled_dot_product_attention use every kernel but cuDNN's."""
+    return sdpa_kernel(_SDPA_KERNELS) if device.type == "cuda" else nullcontext()
 
 
 def _cache_kwarg(model: nn.Module) -> str:
@@ -469,7 +481,7 @@ class LLMPolicy(nn.Module):
         if position_ids is None:
             position_ids = position_ids_from_mask(mask)[:, -ids.shape[1]:]
         kw = {self._cache_key: cache} if cache is not None else {}
-        with self.autocast():
+        with self.autocast(), _attention_kernels(self.device):
             out = hf.base_model(input_ids=ids, attention_mask=mask, position_ids=position_ids,
                                 use_cache=use_cache, **kw)
         new_cache = getattr(out, self._cache_key, None) if use_cache else None

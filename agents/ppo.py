@@ -521,9 +521,10 @@ def ppo_update(policy: Any, optimizer: torch.optim.Optimizer, batch: PPOBatch, c
             sums["grad_norm"] = sums.get("grad_norm", 0.0) + grad_norm
             epoch_kl.append(sum(s["approx_kl"].item() for s in step_stats) / len(step_stats))
         epochs_run += 1
-        if cfg.early_stop_kl is not None and epoch_kl and (
-                sum(epoch_kl) / len(epoch_kl) > cfg.early_stop_kl):
-            break
+        if cfg.early_stop_kl is not None:  # every rank must agree, or the next pass hangs
+            calm = not epoch_kl or sum(epoch_kl) / len(epoch_kl) <= cfg.early_stop_kl
+            if not all_ok(calm):
+                break
     optimizer.zero_grad(set_to_none=True)
     keys = ("policy_loss", "value_loss", "loss", "kl_loss", "clipfrac", "value_clipfrac",
             "approx_kl", "entropy", "ratio_mean", "grad_norm")

@@ -10,6 +10,8 @@ Methods are presets of (learner, CORY structure flags); any registered learner i
 
 from __future__ import annotations
 
+import contextlib
+
 import copy
 import dataclasses
 import time
@@ -240,7 +242,7 @@ class Trainer:
         options = self.learner.reset_options(self.iteration)
         if self.query_sampler is not None:
             options = {**options, "queries": self.query_sampler(self.iteration)}
-        with oom_guard(self.cfg, "rollout"):
+        with oom_guard(self.cfg, "rollout"), self.rollout_context():
             turns = rollout(self.env, self.learner.policies, self.cfg.sampling,
                             self.learner.generator, reset_options=options)
         t1 = time.perf_counter()
@@ -252,6 +254,10 @@ class Trainer:
         metrics["time_rollout_s"], metrics["time_update_s"] = t1 - t0, time.perf_counter() - t1
         self.iteration += 1
         return metrics
+
+    def rollout_context(self):
+        """A context the rollout runs in (multi-process subclasses gather sharded weights)."""
+        return contextlib.nullcontext()
 
     def run(self):
         """Yield metrics of the remaining iterations."""

@@ -65,15 +65,20 @@ def numbers(metrics):
 
 def worker(argv) -> None:
     """One rank: 3 CORY iterations (roles exchanged at 1, NaN rewards on rank 1 at 2), then 2
-    MAPPO iterations (its centralized critic is DDP-wrapped too)."""
+    MAPPO iterations (its centralized critic is DDP-wrapped too). With --fsdp: the FSDP runs
+    of `fsdp_rank` instead."""
     import argparse
 
     p = argparse.ArgumentParser()
     p.add_argument("--model")
     p.add_argument("--out")
+    p.add_argument("--fsdp", action="store_true")
     args = p.parse_args(argv)
-    run_rank(args.model, args.out, "cory", iterations=3, poison_iteration=2)
-    run_rank(args.model, args.out, "mappo", iterations=2, poison_iteration=None)
+    if args.fsdp:
+        fsdp_rank(args.model, args.out)
+    else:
+        run_rank(args.model, args.out, "cory", iterations=3, poison_iteration=2)
+        run_rank(args.model, args.out, "mappo", iterations=2, poison_iteration=None)
     import torch.distributed as dist
 
     if dist.is_initialized():  # leave together: a rank exiting mid-teardown aborts gloo
@@ -106,6 +111,41 @@ def run_rank(model, out, method, iterations, poison_iteration) -> None:
             record[dst].append({a: {k: src[a][k] for k in keep} for a in ("llm_0", "llm_1")})
     trainer.save(os.path.join(out, f"{method}.pt"))
     with open(os.path.join(out, f"{method}{rank}.json"), "w") as f:
+        json.dump(record, f)
+
+
+def fsdp_rank(model, out) -> None:
+    """CORY under DDP, then under FSDP (uninterrupted, and saved + resumed), then MAPPO."""
+    from torch.distributed.tensor import DTensor
+
+    from agents.distributed import DistributedTrainer, make_accelerator
+
+    acc = make_accelerator(cpu=True)
+
+    def trainer(sharding, method="cory", iterations=3):
+        cfg = config(model, method, t_rex=1, iterations=iterations)
+        return DistributedTrainer(cfg, acc, sharding=sharding)
+
+    record = {"metrics": {}}
+    for name, sharding in (("ddp", "ddp"), ("fsdp", "fsdp")):
+        t = trainer(sharding)
+        record["metrics"][name] = [numbers(m) for m in t.run()]
+        t.save(os.path.join(out, f"{name}.pt"))
+    weight = trainer("fsdp").learner.policies["llm_0"].hf_model.transformer.h[0].mlp.c_fc.weight
+    record["shard_rows"] = [weight.to_local().shape[0], weight.shape[0]] \
+        if isinstance(weight, DTensor) else None
+    head = trainer("fsdp")
+    head.step()
+    record["queries"] = [q.text for q in head.env.turn("llm_0")["queries"]]
+    head.step()
+    head.save(os.path.join(out, "fsdp-head.pt"))
+    tail = trainer("fsdp")
+    tail.load(os.path.join(out, "fsdp-head.pt"))
+    record["metrics"]["fsdp_resumed"] = [numbers(m) for m in tail.run()]
+    tail.save(os.path.join(out, "fsdp-resumed.pt"))
+    critic = trainer("fsdp", "mappo", iterations=2)
+    record["metrics"]["mappo"] = [numbers(m) for m in critic.run()]
+    with open(os.path.join(out, f"fsdp{critic.rank}.json"), "w") as f:
         json.dump(record, f)
 
 
@@ -153,6 +193,87 @@ def test_two_cpu_ranks_share_weights_and_split_the_data(toy_lm, tmp_path):
     assert m0["init"] == m1["init"] and m0["checksums"] == m1["checksums"]
     assert m0["checksums"][-1] != m0["init"]
     assert all(not set(q0) & set(q1) for q0, q1 in zip(m0["queries"], m1["queries"]))
+
+
+def _tensors(obj, prefix=""):
+    """Every tensor inside a (nested) checkpoint, by path."""
+    if isinstance(obj, torch.Tensor):
+        return {prefix: obj}
+    if isinstance(obj, dict):
+        items = obj.items()
+    elif isinstance(obj, (list, tuple)):
+        items = enumerate(obj)
+    else:
+        return {}
+    out = {}
+    for k, v in items:
+        out.update(_tensors(v, f"{prefix}/{k}"))
+    return out
+
+
+def test_fsdp_matches_ddp_shards_the_weights_and_resumes_exactly(toy_lm, tmp_path):
+    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+           "2", os.path.abspath(__file__), "--model", toy_lm, "--out", str(tmp_path), "--fsdp"]
+    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + "\n".join(
+        line for line in proc.stderr.splitlines() if "Error" in line or "error" in line)[-6000:]
+    r0, r1 = (json.load(open(tmp_path / f"fsdp{r}.json")) for r in (0, 1))
+    # each rank holds half of every sharded weight (dim 0 split over 2 ranks)
+    assert r0["shard_rows"] == r1["shard_rows"] and r0["shard_rows"][0] * 2 == \
+        r0["shard_rows"][1]
+    assert not set(r0["queries"]) & set(r1["queries"])  # ranks saw different prompts
+    ddp, fsdp = r0["metrics"]["ddp"], r0["metrics"]["fsdp"]
+    for a, b in zip(ddp, fsdp):  # same episodes, same learning up to summation order
+        for agent in ("llm_0", "llm_1"):
+            assert a[agent]["role"] == b[agent]["role"]
+            assert b[agent]["task_reward"] == pytest.approx(a[agent]["task_reward"], abs=1e-6)
+            assert b[agent]["kl"] == pytest.approx(a[agent]["kl"], rel=1e-4, abs=1e-6)
+    # checkpoints hold full tensors in the unsharded layout: FSDP's equal DDP's to rounding
+    d = _tensors(torch.load(tmp_path / "ddp.pt", weights_only=False))
+    f = _tensors(torch.load(tmp_path / "fsdp.pt", weights_only=False))
+    weights = [k for k in d if k.startswith("/policies/") or "/optimizer/state/" in k]
+    assert weights and set(weights) <= set(f)
+    for k in weights:  # atol: the attention key bias has a zero gradient up to rounding, and
+        assert f[k].shape == d[k].shape, k  # Adam turns that rounding noise into ~lr/100 steps
+        assert torch.allclose(f[k].float(), d[k].float(), atol=5e-5, rtol=1e-4), k
+    # killed after 2 iterations and resumed: the same run, bit for bit
+    assert r0["metrics"]["fsdp"][:2] + r0["metrics"]["fsdp_resumed"] == r0["metrics"]["fsdp"]
+    resumed = _tensors(torch.load(tmp_path / "fsdp-resumed.pt", weights_only=False))
+    for k in weights:
+        assert torch.equal(resumed[k], f[k]), k
+    # MAPPO's sharded critic trains too
+    assert all(m["llm_0"]["optimizer_steps"] > 0 for m in r0["metrics"]["mappo"])
+
+
+def test_fsdp_checkpoint_loads_into_a_plain_trainer(toy_lm, tmp_path):
+    """A full-tensor checkpoint (the FSDP layout) restores a single-process Trainer."""
+    from agents.train import Trainer
+
+    first = Trainer(config(toy_lm, "cory", task="toy"))
+    first.step()
+    first.save(str(tmp_path / "c.pt"))
+    other = Trainer(config(toy_lm, "cory", task="toy"))
+    other.load(str(tmp_path / "c.pt"))
+    for a in ("llm_0", "llm_1"):
+        for p, q in zip(first.learner.policies[a].trainable_parameters(),
+                        other.learner.policies[a].trainable_parameters()):
+            assert torch.equal(p, q)
+
+
+def test_fsdp_refuses_what_it_cannot_shard():
+    from types import SimpleNamespace
+
+    from agents.fsdp import check_shardable
+
+    base = object()
+    with pytest.raises(ValueError, match="llm_0 and llm_1 share one base model"):
+        check_shardable({"llm_0": SimpleNamespace(model=base, is_quantized=False),
+                         "llm_1": SimpleNamespace(model=base, is_quantized=False)})
+    with pytest.raises(ValueError, match=r"4-bit weights \(llm_1\)"):
+        check_shardable({"llm_0": SimpleNamespace(model=object(), is_quantized=False),
+                         "llm_1": SimpleNamespace(model=object(), is_quantized=True)})
 
 
 def test_one_process_equals_the_plain_trainer(toy_lm):
