@@ -1,4 +1,4 @@
-"""Multi-process training: every learner (CORY included) under DDP or FSDP2, one data shard per rank.
+"""Multi-process training: every learner (CORY included) under DDP or FSDP2, a data shard per rank.
 
     torchrun --nproc_per_node 2 -m agents.distributed --task sentiment --method cory --cpu
     torchrun --nproc_per_node 2 -m agents.distributed --task sentiment --method cory --cpu --fsdp

@@ -11,7 +11,6 @@ Methods are presets of (learner, CORY structure flags); any registered learner i
 from __future__ import annotations
 
 import contextlib
-
 import copy
 import dataclasses
 import time
