@@ -34,7 +34,7 @@ def cache(cache_root, monkeypatch):
 @pytest.mark.parametrize("task", ["sentiment", "arithmetic"])
 def test_build_gives_loadable_model_tokenizer_and_report(cache, task):
     path = lm.reference_lm(task, budget="tiny", verbose=False)
-    assert path == cache / "models" / f"{task}-tiny-{lm.VERSION}"
+    assert path == cache / "models" / f"{task}-tiny-{lm.VERSIONS[task]}"
     model = GPT2LMHeadModel.from_pretrained(path)
     tok = AutoTokenizer.from_pretrained(path)
     assert model.config.vocab_size == len(tok) == len(build.task_tokenizer(task))
@@ -76,7 +76,8 @@ def test_second_call_reuses_the_cache(cache, monkeypatch):
 def test_budget_comes_from_the_environment(cache, monkeypatch):
     monkeypatch.setenv(lm.BUDGET_ENV, "tiny")
     assert lm.resolve_budget() == "tiny"
-    assert lm.model_dir("arithmetic") == cache / "models" / f"arithmetic-tiny-{lm.VERSION}"
+    version = lm.VERSIONS["arithmetic"]
+    assert lm.model_dir("arithmetic") == cache / "models" / f"arithmetic-tiny-{version}"
     monkeypatch.delenv(lm.BUDGET_ENV)
     assert lm.resolve_budget() == "full"
     with pytest.raises(ValueError, match="budget"):
@@ -135,3 +136,4 @@ def test_shared_prefix_loss_equals_the_plain_loss(cache):
         results.append((loss.item(), model.transformer.wte.weight.grad.clone()))
     assert results[0][0] == pytest.approx(results[1][0], rel=1e-5)
     torch.testing.assert_close(results[0][1], results[1][1], rtol=1e-4, atol=1e-6)
+

@@ -255,46 +255,46 @@ def sentiment_rewrites(n: int, seed: int) -> list[str]:
 
 def _add(rng: random.Random) -> dict:
     """Numbers for c = a + b."""
-    a, b = rng.randint(2, 20), rng.randint(2, 20)
+    a, b = rng.randint(2, 15), rng.randint(2, 15)
     return {"a": a, "b": b, "c": a + b}
 
 
 def _sub(rng: random.Random) -> dict:
     """Numbers for c = a - b, never negative."""
-    a = rng.randint(5, 30)
+    a = rng.randint(5, 25)
     b = rng.randint(1, a - 1)
     return {"a": a, "b": b, "c": a - b}
 
 
 def _mul(rng: random.Random) -> dict:
     """Numbers for c = a * b."""
-    a, b = rng.randint(2, 9), rng.randint(2, 10)
+    a, b = rng.randint(2, 6), rng.randint(2, 8)
     return {"a": a, "b": b, "c": a * b}
 
 
 def _mul_add(rng: random.Random) -> dict:
     """Numbers for c = a * b + d."""
-    a, b, d = rng.randint(2, 6), rng.randint(2, 10), rng.randint(1, 20)
+    a, b, d = rng.randint(2, 5), rng.randint(2, 6), rng.randint(1, 12)
     return {"a": a, "b": b, "d": d, "m": a * b, "c": a * b + d}
 
 
 def _add_sub(rng: random.Random) -> dict:
     """Numbers for c = a + b - d, never negative."""
-    a, b = rng.randint(2, 20), rng.randint(2, 20)
+    a, b = rng.randint(2, 12), rng.randint(2, 12)
     d = rng.randint(1, a + b - 1)
     return {"a": a, "b": b, "d": d, "m": a + b, "c": a + b - d}
 
 
 def _mul_sub(rng: random.Random) -> dict:
     """Numbers for c = a * b - d, never negative."""
-    a, b = rng.randint(2, 6), rng.randint(2, 10)
+    a, b = rng.randint(2, 5), rng.randint(2, 6)
     d = rng.randint(1, a * b - 1)
     return {"a": a, "b": b, "d": d, "m": a * b, "c": a * b - d}
 
 
 def _add_add(rng: random.Random) -> dict:
     """Numbers for c = a + b + d."""
-    a, b, d = rng.randint(2, 20), rng.randint(2, 20), rng.randint(2, 20)
+    a, b, d = rng.randint(1, 10), rng.randint(1, 10), rng.randint(1, 10)
     return {"a": a, "b": b, "d": d, "m": a + b, "c": a + b + d}
 
 
