@@ -57,10 +57,14 @@ def _train_tokenizer(task: str, out: Path) -> None:
     fast.save_pretrained(str(out))
 
 
+# Per task: bump when the corpus the tokenizer is trained on changes (and the LM's version too).
+TOKENIZER_VERSIONS = {"sentiment": "v1", "arithmetic": "v2"}
+
+
 @functools.cache
 def _load_tokenizer(task: str, root: str) -> PreTrainedTokenizerFast:
     """Load (building first if needed) the tokenizer of ``task`` under cache root ``root``."""
-    final = Path(root) / "tokenizers" / f"{task}-v1"
+    final = Path(root) / "tokenizers" / f"{task}-{TOKENIZER_VERSIONS[task]}"
     path = cached_dir(final, lambda out: _train_tokenizer(task, out))
     return AutoTokenizer.from_pretrained(str(path))
 

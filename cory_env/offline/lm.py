@@ -32,12 +32,12 @@ holds held-out measurements (``build_report``).
 
 Measured (4 layers, n_embd 128, ~0.95M parameters; each model's ``report.json`` has the
 numbers): the sentiment observer rewrites towards positive and so beats the no-transfer
-observer by a wide margin. The arithmetic LM solves about 30% of held-out problems at
-temperature 1 (about 40% greedy). Given a right reference it answers right about half the
-time, against its own 30%, but it copies a wrong one about a quarter of the time, so its gain
-from the pioneer's (mostly wrong) attempts before RL is small. Two things that did not raise
-that gain, measured on 512 test episodes: drill lines of bare equations in the corpus, and a
-second phase trained on observer prompts carrying the model's own sampled attempts.
+observer by a wide margin. The arithmetic LM solves about 22% of held-out problems at
+temperature 1 (33% greedy). Given a right reference it answers right 41% of the time, against
+its own 22%, but it copies a wrong one 17% of the time. Most of the pioneer's attempts are
+wrong, so the observer gains nothing measurable from them before RL (+0.002 on 512 episodes).
+Two things that did not raise that gain: drill lines of bare equations in the corpus, and a
+second phase trained on observer prompts that carry the model's own sampled attempts.
 """
 
 from __future__ import annotations
