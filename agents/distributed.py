@@ -31,7 +31,7 @@ synchronised, and how:
   by rank 0 and hold every rank's RNG states, so a resumed run continues exactly.
 
 MAPPO's centralized critic is DDP-wrapped too (its update calls the critic, so the call goes
-through DDP); its non-finite-loss skip is local to a rank, see docs/scaling.md.
+through DDP), and its non-finite-loss skips are agreed across ranks like the actors'.
 
 With `sharding="fsdp"` (`--fsdp`, or an accelerate config with `distributed_type: FSDP`) each
 agent, the critic and the reference are sharded per decoder block instead (`agents/fsdp.py`);
@@ -264,6 +264,7 @@ def distribute_learner(learner, accelerator) -> None:
     critic = getattr(learner, "critic", None)
     if critic is not None and not isinstance(critic, SyncedPolicy):
         learner.critic = wrap_policy(critic, accelerator, head_unused=True)
+        learner.all_ok = comm.all_ok
 
 
 def shard_learner(learner, comm: _Collectives) -> None:
@@ -287,6 +288,7 @@ def shard_learner(learner, comm: _Collectives) -> None:
         learner.critic = SyncedPolicy(critic, shard(_Call(critic), critic))
         learner.critic_optimizer = torch.optim.Adam(critic.trainable_parameters(),
                                                     lr=learner.cfg.ppo.lr)
+        learner.all_ok = comm.all_ok
 
 
 def _sharded_roots(learner) -> list[nn.Module]:

@@ -46,6 +46,7 @@ class MAPPO(IPPO):
             raise ValueError("MAPPO needs a critic model (an LLMPolicy whose value head is used)")
         self.critic = critic
         self.critic_optimizer = torch.optim.Adam(critic.trainable_parameters(), lr=cfg.ppo.lr)
+        self.all_ok = bool  # multi-process: ANDs "this minibatch is finite" over ranks
 
     def agent_config(self, agent):
         """Actors carry no value loss: the centralized critic does the value learning."""
@@ -113,7 +114,7 @@ class MAPPO(IPPO):
                 values = self.critic_values(ids[idx], mask[idx], n)
                 loss, _ = value_loss(values, old_values[idx], returns[idx], rmask[idx],
                                      cfg.cliprange_value)
-                if not torch.isfinite(loss):
+                if not self.all_ok(bool(torch.isfinite(loss))):  # every rank skips, or none
                     continue
                 loss.backward()
                 if cfg.max_grad_norm:
