@@ -333,6 +333,9 @@ class DistributedTrainer(Trainer):
             sharding = "fsdp" if kind == "FSDP" else "ddp"
         if sharding not in ("ddp", "fsdp"):
             raise ValueError(f"sharding must be 'ddp' or 'fsdp', got {sharding!r}")
+        if sharding == "fsdp" and not torch.distributed.is_initialized():
+            raise ValueError("sharding='fsdp' needs a process group: start the script with "
+                             "torchrun or accelerate launch (even for one process)")
         if kind not in SUPPORTED + ("FSDP",):
             raise NotImplementedError(
                 f"distributed_type={kind} is not supported by agents.distributed (DDP or FSDP: "

@@ -264,6 +264,17 @@ def test_fsdp_checkpoint_loads_into_a_plain_trainer(toy_lm, tmp_path):
             assert torch.equal(p, q)
 
 
+def test_fsdp_without_a_launcher_says_how_to_start(toy_lm):
+    from agents.distributed import DistributedTrainer, make_accelerator
+
+    with pytest.raises(ValueError, match="needs a process group: start the script with torchrun"):
+        DistributedTrainer(config(toy_lm, "cory", task="toy"), make_accelerator(cpu=True),
+                           sharding="fsdp")
+    with pytest.raises(ValueError, match="sharding must be 'ddp' or 'fsdp', got 'zero3'"):
+        DistributedTrainer(config(toy_lm, "cory", task="toy"), make_accelerator(cpu=True),
+                           sharding="zero3")
+
+
 def test_fsdp_refuses_what_it_cannot_shard():
     from types import SimpleNamespace
 
