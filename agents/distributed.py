@@ -249,6 +249,15 @@ class SyncedMoments:
         return getattr(self.moments, name)
 
 
+def _sync_statistics(agent, comm: _Collectives) -> None:
+    """Agree skips across ranks; KL control and score statistics see the global batch."""
+    agent.all_ok = comm.all_ok
+    if not isinstance(agent.kl_ctl, SyncedKLController):
+        agent.kl_ctl = SyncedKLController(agent.kl_ctl, comm)
+    if not isinstance(agent.score_stats, SyncedMoments):
+        agent.score_stats = SyncedMoments(agent.score_stats, comm)
+
+
 def distribute_learner(learner, accelerator) -> None:
     """Make a built learner multi-process: DDP per agent (and critic) plus synced statistics."""
     comm = _Collectives(accelerator)
@@ -256,11 +265,7 @@ def distribute_learner(learner, accelerator) -> None:
         if not isinstance(agent.policy, SyncedPolicy):
             agent.policy = wrap_policy(agent.policy, accelerator)
         agent.backward = accelerator.backward
-        agent.all_ok = comm.all_ok
-        if not isinstance(agent.kl_ctl, SyncedKLController):
-            agent.kl_ctl = SyncedKLController(agent.kl_ctl, comm)
-        if not isinstance(agent.score_stats, SyncedMoments):
-            agent.score_stats = SyncedMoments(agent.score_stats, comm)
+        _sync_statistics(agent, comm)
     critic = getattr(learner, "critic", None)
     if critic is not None and not isinstance(critic, SyncedPolicy):
         learner.critic = wrap_policy(critic, accelerator, head_unused=True)
@@ -280,14 +285,11 @@ def shard_learner(learner, comm: _Collectives) -> None:
         policy = agent.policy
         agent.policy = SyncedPolicy(policy, shard(_Call(policy), policy))
         agent.optimizer = adam(policy.trainable_parameters(), agent.cfg.lr)
-        agent.all_ok = comm.all_ok
-        agent.kl_ctl = SyncedKLController(agent.kl_ctl, comm)
-        agent.score_stats = SyncedMoments(agent.score_stats, comm)
+        _sync_statistics(agent, comm)
     critic = getattr(learner, "critic", None)
     if critic is not None:
         learner.critic = SyncedPolicy(critic, shard(_Call(critic), critic))
-        learner.critic_optimizer = torch.optim.Adam(critic.trainable_parameters(),
-                                                    lr=learner.cfg.ppo.lr)
+        learner.critic_optimizer = learner.new_critic_optimizer()
         learner.all_ok = comm.all_ok
 
 

@@ -75,19 +75,8 @@ def shard(module: nn.Module, policy) -> nn.Module:
         # Mark it as the root now: otherwise the rollout, which calls blocks directly, would
         # make each block a root of its own. (FSDP2 does this at the first root forward.)
         root._get_fsdp_state()._lazy_init()
-    refresh_trainables(policy)
+    policy.refresh_trainable_parameters()
     return module
-
-
-def refresh_trainables(policy) -> None:
-    """Point the policy's cached trainable list at the (new, sharded) parameter objects."""
-    if getattr(policy, "is_lora", False):
-        tag = f".{policy.adapter_name}."
-        mine = [p for n, p in policy.model.named_parameters() if "lora_" in n and tag in n]
-        policy._all_lora = [p for n, p in policy.model.named_parameters() if "lora_" in n]
-    else:
-        mine = [p for p in policy.model.parameters() if p.requires_grad]
-    policy._trainable = mine + list(policy.value_head.parameters())
 
 
 def _units(modules) -> list[FSDPModule]:

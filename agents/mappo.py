@@ -45,8 +45,12 @@ class MAPPO(IPPO):
         if critic is None:
             raise ValueError("MAPPO needs a critic model (an LLMPolicy whose value head is used)")
         self.critic = critic
-        self.critic_optimizer = torch.optim.Adam(critic.trainable_parameters(), lr=cfg.ppo.lr)
+        self.critic_optimizer = self.new_critic_optimizer()
         self.all_ok = bool  # multi-process: ANDs "this minibatch is finite" over ranks
+
+    def new_critic_optimizer(self) -> torch.optim.Adam:
+        """Adam over the critic's trainable parameters (rebuilt when FSDP shards them)."""
+        return torch.optim.Adam(self.critic.trainable_parameters(), lr=self.cfg.ppo.lr)
 
     def agent_config(self, agent):
         """Actors carry no value loss: the centralized critic does the value learning."""

@@ -337,14 +337,7 @@ class LLMPolicy(nn.Module):
         ok = pad_token_id is not None and 0 <= pad_token_id < self.vocab_size
         self.pad_token_id = int(pad_token_id) if ok else 0  # any id works: it is always masked
         self._cache_key = _cache_kwarg(hf.base_model)
-        # Plain (unregistered) lists: every LoRA param of the shared model, and our own trainables.
-        self._all_lora = [p for n, p in model.named_parameters() if "lora_" in n]
-        if self.is_lora:
-            mine = [p for n, p in model.named_parameters()
-                    if "lora_" in n and f".{self.adapter_name}." in n]
-        else:
-            mine = [p for p in model.parameters() if p.requires_grad]
-        self._trainable = mine + list(self.value_head.parameters())
+        self.refresh_trainable_parameters()
 
     # -- construction -------------------------------------------------------------------------
 
@@ -452,6 +445,17 @@ class LLMPolicy(nn.Module):
         """Whether a reference model is available for the KL."""
         return self.reference_mode is not None
 
+    def refresh_trainable_parameters(self) -> None:
+        """(Re)collect the parameter lists, e.g. after FSDP replaced the parameter objects."""
+        # Plain (unregistered) lists: every LoRA param of the shared model, and our own trainables.
+        named = list(self.model.named_parameters())
+        self._all_lora = [p for n, p in named if "lora_" in n]
+        if self.is_lora:
+            mine = [p for n, p in named if "lora_" in n and f".{self.adapter_name}." in n]
+        else:
+            mine = [p for _, p in named if p.requires_grad]
+        self._trainable = mine + list(self.value_head.parameters())
+
     def trainable_parameters(self) -> list[nn.Parameter]:
         """Parameters the optimizer should update (own adapter or full LM, plus value head)."""
         return list(self._trainable)
@@ -481,7 +485,7 @@ class LLMPolicy(nn.Module):
         if position_ids is None:
             position_ids = position_ids_from_mask(mask)[:, -ids.shape[1]:]
         kw = {self._cache_key: cache} if cache is not None else {}
-        with self.autocast(), _attention_kernels(self.device):
+        with self.autocast(), _attention_kernels(ids.device):
             out = hf.base_model(input_ids=ids, attention_mask=mask, position_ids=position_ids,
                                 use_cache=use_cache, **kw)
         new_cache = getattr(out, self._cache_key, None) if use_cache else None
