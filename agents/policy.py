@@ -58,6 +58,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from cory_env.offline.kvcache import growing_cache
+
 
 @dataclass
 class SamplingConfig:
@@ -518,7 +520,8 @@ class LLMPolicy(nn.Module):
         with torch.inference_mode():
             self._activate()
             prompt_ids, prompt_mask = trim_left_padding(prompt_ids, prompt_mask)
-            h, cache = self._hidden(self.hf_model, prompt_ids, prompt_mask, use_cache=True)
+            h, cache = self._hidden(self.hf_model, prompt_ids, prompt_mask, growing_cache(),
+                                    use_cache=True)
             logits, value = self._heads(h[:, -1])
             seen = None
             if sampling.repetition_penalty != 1.0:

@@ -137,3 +137,21 @@ def test_shared_prefix_loss_equals_the_plain_loss(cache):
     assert results[0][0] == pytest.approx(results[1][0], rel=1e-5)
     torch.testing.assert_close(results[0][1], results[1][1], rtol=1e-4, atol=1e-6)
 
+
+
+def test_build_child_waits_passively_only_on_a_busy_machine(monkeypatch):
+    """Short OpenMP spins when idle (fast), passive waiting when other jobs hold the cores."""
+    assert lm._omp_wait_env(load=0.1) == {"GOMP_SPINCOUNT": "2000"}
+    assert lm._omp_wait_env(load=1.8) == {"OMP_WAIT_POLICY": "PASSIVE"}
+    assert 0 <= lm._busy_cores(0.05) <= (lm.os.cpu_count() or 1) + 0.5
+    launched = []
+    monkeypatch.setattr(lm.subprocess, "run", lambda cmd, env, check: launched.append(env))
+    monkeypatch.setattr(lm, "_build", lambda *a, **k: launched.append("in-process"))
+    monkeypatch.setattr(lm, "_busy_cores", lambda: 2.0)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    lm._launch("arithmetic", "full", lm.Path("unused"))
+    assert launched[-1]["OMP_WAIT_POLICY"] == "PASSIVE" and "GOMP_SPINCOUNT" not in launched[-1]
+    monkeypatch.setenv("GOMP_SPINCOUNT", "1")  # the user's own setting wins: no child
+    lm._launch("arithmetic", "full", lm.Path("unused"))
+    assert launched[-1] == "in-process"

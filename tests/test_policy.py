@@ -357,3 +357,50 @@ def test_save_load_round_trip(model_dirs, tmp_path, lora):
     b = fresh.evaluate(ids, mask, 5)
     torch.testing.assert_close(b.logprobs, a.logprobs, atol=1e-6, rtol=0)
     torch.testing.assert_close(b.values, a.values, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_growing_cache_decodes_exactly_like_the_dynamic_cache(model_dirs, arch):
+    """The in-place KV cache gives bit-identical logits to HF's DynamicCache, and after
+    crop / batch_select_indices / batch_repeat_interleave it keeps working."""
+    from transformers import DynamicCache
+
+    from cory_env.offline.kvcache import GrowingLayer, growing_cache
+
+    model = AutoModelForCausalLM.from_pretrained(model_dirs[arch]).eval()
+    ids, mask = prompts(B=4, P=6)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+
+    steps = 56 if arch == "gpt2" else 90  # llama: past the first buffer (6 + 64 slots)
+
+    def decode(cache, edit=None):
+        out = model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
+                    use_cache=True)
+        m, last, logits = mask, out.logits[:, -1], []
+        for t in range(steps):
+            if edit is not None and t == 40:
+                m, last = edit(cache, m, last)
+            logits.append(last)
+            m = torch.cat([m, torch.ones_like(m[:, :1])], 1)
+            out = model(input_ids=last.argmax(-1, keepdim=True), attention_mask=m,
+                        position_ids=m.sum(-1, keepdim=True) - 1, past_key_values=cache,
+                        use_cache=True)
+            last = out.logits[:, -1]
+        return torch.cat([x.flatten() for x in logits])
+
+    with torch.no_grad():
+        cache = growing_cache()
+        assert torch.equal(decode(cache), decode(DynamicCache()))
+        assert type(cache.layers[0]) is GrowingLayer and cache.get_seq_length() == 6 + steps
+
+        def select(cache, m, last):
+            cache.batch_select_indices(torch.tensor([3, 1]))
+            return m[[3, 1]], last[[3, 1]]
+
+        def crop(cache, m, last):
+            cache.crop(-5)
+            return m[:, :-5], last
+
+        for edit in (select, crop):
+            assert torch.equal(decode(growing_cache(), edit=edit),
+                               decode(DynamicCache(), edit=edit))
