@@ -5,7 +5,8 @@ the prompt is left-padded and fills columns 0..P-1, the response fills P..P+T-1 
 EOS are masked 0). Position ids always come from the mask (cumsum - 1, clamped at 0), so left
 padding never shifts positions.
 
-Rollout (all under `torch.inference_mode()`, one forward of length 1 per new token, KV cache):
+Rollout (all under `torch.inference_mode()`, one forward of length 1 per new token, and a KV
+cache that appends in place, `cory_env.offline.kvcache.growing_cache`):
 
     state = policy.begin(prompt_ids, prompt_mask, sampling)
     for t in range(T):
