@@ -155,3 +155,11 @@ def test_build_child_waits_passively_only_on_a_busy_machine(monkeypatch):
     monkeypatch.setenv("GOMP_SPINCOUNT", "1")  # the user's own setting wins: no child
     lm._launch("arithmetic", "full", lm.Path("unused"))
     assert launched[-1] == "in-process"
+
+
+def test_repeated_gap_resamples_with_fixed_seeds(cache):
+    path = lm.reference_lm("arithmetic", budget="tiny", verbose=False)
+    first, again = lm.repeated_gap("arithmetic", path, 2), lm.repeated_gap("arithmetic", path, 2)
+    assert first == again  # seeded
+    assert len(first["gaps"]) == 2 and first["mean"] == pytest.approx(np.mean(first["gaps"]))
+    assert first["episodes_each"] == lm.BUDGETS["tiny"]["arithmetic"].eval_episodes
