@@ -561,8 +561,15 @@ def play_turn(model, env, generator: torch.Generator | None = None,
 
     Tokens are sampled at temperature 1 with no top-k/top-p (or taken greedily, or from
     ``forced`` (B, T) ids). The prompt is the env's right-aligned block of columns [0, P),
-    pads masked out and positions counted from each row's first real token.
+    pads masked out and positions counted from each row's first real token. Forced tokens
+    need no model: they go straight to the env.
     """
+    if forced is not None:
+        role, t = env.role, 0
+        while not (env.finished or env.role != role):
+            env.step(forced[:, t])
+            t += 1
+        return
     obs = env.observe()
     p = env.prompt_len
     mask = obs["attention_mask"][:, :p]
@@ -574,9 +581,7 @@ def play_turn(model, env, generator: torch.Generator | None = None,
     past, logits, next_pos = _out_cache(out), out.logits[:, -1], mask.sum(-1)
     role, t = env.role, 0
     while True:
-        if forced is not None:
-            tok = forced[:, t]
-        elif greedy:
+        if greedy:
             tok = logits.argmax(-1)
         else:
             probs = torch.softmax(logits.float(), -1)
