@@ -718,21 +718,30 @@ def _gap(model, data: _Data, b: Budget, gen) -> tuple[dict, list[dict]]:
 
 def repeated_gap(task: str, path: str | Path, repeats: int = 6) -> dict:
     """The observer gap measured ``repeats`` more times (fresh sampling seeds): mean and SE."""
-    from transformers import GPT2LMHeadModel
-
-    _check_task(task)
-    path = Path(path)
-    model = GPT2LMHeadModel.from_pretrained(str(path)).eval()
-    meta = json.loads((path / "build.json").read_text())
-    b = Budget(**meta["budget_settings"])
+    model, meta, b = _saved_model(task, path)
     data, gaps = _Data(task), []
-    with _threads(b.threads), torch.no_grad():
+    with _threads(b.threads):
         for seed in range(repeats):
             gaps.append(_gap(model, data, b, torch.Generator().manual_seed(1000 + seed))[0]
                         ["observer_gap"])
     se = float(np.std(gaps, ddof=1) / np.sqrt(repeats)) if repeats > 1 else float("nan")
     return {"gaps": gaps, "mean": float(np.mean(gaps)), "se": se,
             "episodes_each": b.eval_episodes}
+
+
+def _saved_model(task: str, path: str | Path, model=None) -> tuple:
+    """(model in eval mode, build.json contents, the Budget it was built with) of a model folder."""
+    from transformers import GPT2LMHeadModel
+
+    _check_task(task)
+    path = Path(path)
+    if model is None:
+        model = GPT2LMHeadModel.from_pretrained(str(path))
+    model.eval()
+    meta = json.loads((path / "build.json").read_text()) if (path / "build.json").exists() else {}
+    settings = meta.get("budget_settings")
+    b = Budget(**settings) if settings else BUDGETS[meta.get("budget", "full")][task]
+    return model, meta, b
 
 
 def build_report(task: str, path: str | Path, *, model=None) -> dict:
@@ -745,16 +754,7 @@ def build_report(task: str, path: str | Path, *, model=None) -> dict:
     ``pioneer_pass@1`` (arithmetic: the pioneer's sampled exact-match rate on test problems;
     sentiment: its mean reward), plus the model/training facts from ``build.json``.
     """
-    from transformers import GPT2LMHeadModel
-
-    _check_task(task)
-    path = Path(path)
-    if model is None:
-        model = GPT2LMHeadModel.from_pretrained(str(path))
-    model.eval()
-    meta = json.loads((path / "build.json").read_text()) if (path / "build.json").exists() else {}
-    settings = meta.get("budget_settings")
-    b = Budget(**settings) if settings else BUDGETS[meta.get("budget", "full")][task]
+    model, meta, b = _saved_model(task, path, model)
     with _threads(b.threads):
         return _measure(task, model, meta, b)
 
