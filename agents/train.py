@@ -23,7 +23,7 @@ from cory_env import BatchedCoryEnv
 
 from . import mappo, reinforce  # noqa: F401  (register their learners)
 from .learner import LearnerConfig, learner_class, registered_learners
-from .policy import LLMPolicy, LoraSettings, SamplingConfig
+from .policy import MIXED_PRECISION, LLMPolicy, LoraSettings, SamplingConfig
 from .ppo import PPOConfig
 from .rollout import rollout
 
@@ -71,6 +71,7 @@ class TrainConfig:
     lora: LoraSettings | None = None
     load_in_4bit: bool = False
     shared_base: bool = True  # with LoRA: both agents are adapters on one base
+    mixed_precision: str | None = "auto"  # "auto": bf16 autocast on CUDA; "bf16": anywhere
     placement: dict[str, str] = field(default_factory=dict)  # e.g. {"llm_1": "cuda:1"}
     task_options: dict = field(default_factory=dict)
     ppo: PPOConfig = field(default_factory=lambda: PPOConfig(batch_size=32, mini_batch_size=8))
@@ -96,6 +97,9 @@ class TrainConfig:
         self.ppo.validate()
         if self.load_in_4bit and self.lora is None:
             raise ValueError("load_in_4bit=True needs LoRA (set lora)")
+        if self.mixed_precision not in MIXED_PRECISION:
+            raise ValueError(f"mixed_precision must be one of {MIXED_PRECISION}, "
+                             f"got {self.mixed_precision!r}")
         check_device("device", self.device)
         for agent, dev in self.placement.items():
             if agent not in ("llm_0", "llm_1", "critic"):
@@ -172,7 +176,7 @@ def build_policies(cfg: TrainConfig, agents: list[str], critic: bool = False) ->
     model = cfg.model or default_model(cfg.task)
     torch.manual_seed(cfg.seed)
     where = {a: cfg.placement.get(a, cfg.device) for a in [*agents, "critic"]}
-    kw = {"load_in_4bit": cfg.load_in_4bit}
+    kw = {"load_in_4bit": cfg.load_in_4bit, "mixed_precision": cfg.mixed_precision}
     if cfg.lora is not None and cfg.shared_base and len(agents) == 2:
         pair = LLMPolicy.shared_lora_pair(model, cfg.lora, names=tuple(agents),
                                           device=where[agents[0]], **kw)
@@ -181,17 +185,19 @@ def build_policies(cfg: TrainConfig, agents: list[str], critic: bool = False) ->
         policies = {a: LLMPolicy.from_pretrained(model, lora=cfg.lora, device=where[a],
                                                  adapter_name=a, **kw) for a in agents}
     else:
-        first = LLMPolicy.from_pretrained(model, reference="copy", device=where[agents[0]])
+        first = LLMPolicy.from_pretrained(model, reference="copy", device=where[agents[0]],
+                                          mixed_precision=cfg.mixed_precision)
         policies = {agents[0]: first}
         for a in agents[1:]:
             lm = copy.deepcopy(first.model).to(where[a])
             ref = first.ref_model if where[a] == where[agents[0]] else \
                 copy.deepcopy(first.ref_model).to(where[a])
-            policies[a] = LLMPolicy(lm, reference=ref)
+            policies[a] = LLMPolicy(lm, reference=ref, mixed_precision=cfg.mixed_precision)
             policies[a].value_head.load_state_dict(first.value_head.state_dict())
     if critic:
         policies["critic"] = LLMPolicy.from_pretrained(model, reference=None,
-                                                       device=where["critic"])
+                                                       device=where["critic"],
+                                                       mixed_precision=cfg.mixed_precision)
     return policies
 
 

@@ -93,7 +93,8 @@ def zero_reward(task: Task) -> Task:
     return task
 
 
-def train_config(model: str, method: str, resp: int, device: str = "cpu", lora: bool = False):
+def train_config(model: str, method: str, resp: int, device: str = "cpu", lora: bool = False,
+                 precision: str | None = "auto"):
     """The reference workload as a TrainConfig (4 epochs, mini-batch 16, full KL, rep. 1.1)."""
     from agents.policy import LoraSettings, SamplingConfig
     from agents.ppo import PPOConfig
@@ -104,6 +105,7 @@ def train_config(model: str, method: str, resp: int, device: str = "cpu", lora: 
     return TrainConfig(task="perf-ref", task_options={"model": model}, method=method,
                        model=model, batch_size=64, max_new_tokens=resp, device=device,
                        iterations=10**6, ppo=ppo, lora=LoraSettings() if lora else None,
+                       mixed_precision=precision,
                        sampling=SamplingConfig(repetition_penalty=1.1))
 
 
@@ -114,13 +116,11 @@ def context_len(resp: int) -> int:
 
 # ----------------------------------------------------------------------------- our iterations
 
-def time_iterations(cfg, iters: int, warmup: int, precision: str | None = "auto") -> dict:
+def time_iterations(cfg, iters: int, warmup: int) -> dict:
     """Median seconds of Trainer.step() over `iters` after `warmup` iterations."""
     from agents.train import Trainer
 
     trainer = Trainer(cfg, env_options={"context_len": context_len(cfg.max_new_tokens)})
-    for policy in trainer.learner.policies.values():
-        policy.mixed_precision = precision
     times, rollout, update = [], [], []
     for i in range(warmup + iters):
         t0 = time.perf_counter()
@@ -141,8 +141,8 @@ def child_main(args) -> None:
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    cfg = train_config(args.model, args.child, args.resp, args.device, args.lora)
-    out = time_iterations(cfg, args.iters, args.warmup, args.precision)
+    cfg = train_config(args.model, args.child, args.resp, args.device, args.lora, args.precision)
+    out = time_iterations(cfg, args.iters, args.warmup)
     out.update(method=args.child, resp=args.resp, lora=args.lora, threads=args.threads,
                precision=args.precision,
                peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
@@ -180,16 +180,19 @@ def run_json(cmd: list[str], what: str, timeout: float) -> dict | None:
 
 
 def run_ours(args, method: str, resp: int = 16, iters: int | None = None,
-             lora: bool = False) -> dict | None:
-    """Time one of our methods in a child process."""
+             lora: bool = False, precision: str | None = None) -> dict | None:
+    """Time one of our methods in a child process (precision None: the --precision option)."""
+    precision = precision or args.precision
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", method, "--model",
            args.model, "--resp", str(resp), "--iters", str(iters or args.iters), "--warmup",
            str(args.warmup), "--threads", str(args.threads), "--device", args.device,
-           "--precision", args.precision]
+           "--precision", precision]
     result = run_json(cmd + (["--lora"] if lora else []), f"ours {method} T={resp}",
                       args.timeout)
     if result:
-        print(f"  ours {method}{' (LoRA)' if lora else ''} T={resp}: {result['s_per_iter']} "
+        setting = [name for name, on in (("LoRA", lora), (precision, precision != "auto")) if on]
+        label = f" ({', '.join(setting)})" if setting else ""
+        print(f"  ours {method}{label} T={resp}: {result['s_per_iter']} "
               f"s/iter (rollout {result['rollout_s']}, update {result['update_s']}), "
               f"peak RSS {result['peak_rss_mb']} MB", flush=True)
     return result
@@ -514,6 +517,8 @@ def main(argv=None) -> None:
     ppo, trl_ppo = run_ours(args, "ppo"), trl("ppo")
     cory, trl_cory = run_ours(args, "cory"), trl("cory")
     cory_lora = run_ours(args, "cory", lora=True) if args.lora else None
+    fast = {m: run_ours(args, m, lora=True, precision="bf16") if args.fast else None
+            for m in ("ppo", "cory")}
     t64 = None if args.skip_length else run_ours(args, "cory", 64, args.length_iters)
     gpu = gpu_report(args.model, args.iters) if torch.cuda.is_available() else None
 
@@ -532,6 +537,12 @@ def main(argv=None) -> None:
         "trl_cory_peak_rss_mb": figure(trl_cory, "peak_rss_mb"),
         "cory_lora_s_per_iter": figure(cory_lora),
         "cory_lora_peak_rss_mb": figure(cory_lora, "peak_rss_mb"),
+        "ppo_fast_s_per_iter": figure(fast["ppo"]), "cory_fast_s_per_iter": figure(fast["cory"]),
+        "cory_fast_peak_rss_mb": figure(fast["cory"], "peak_rss_mb"),
+        "ppo_fast_over_trl_ppo": ratio(figure(fast["ppo"]), figure(trl_ppo)),
+        "cory_fast_over_trl_cory": ratio(figure(fast["cory"]), figure(trl_cory)),
+        "cory_fast_rss_over_trl_cory": ratio(figure(fast["cory"], "peak_rss_mb"),
+                                             figure(trl_cory, "peak_rss_mb")),
         "aec_steps_per_s": aec, "env_overhead_frac_of_forward": overhead["frac_of_forward"],
         "threads": args.threads, "gpu": gpu,
     }
@@ -544,6 +555,10 @@ def main(argv=None) -> None:
         ("CORY RSS / recipe RSS (goal <= 0.5)", summary["cory_rss_over_trl_cory"], ""),
         ("env step / decode step (goal <= 0.05)", overhead["frac_of_step"], ""),
         ("CORY time T=64 / T=16 (goal <= 4.5)", summary["t64_over_t16"], ""),
+        *([("fast (LoRA + bf16): PPO / TRL PPO", summary["ppo_fast_over_trl_ppo"], ""),
+           ("fast (LoRA + bf16): CORY / recipe", summary["cory_fast_over_trl_cory"], ""),
+           ("fast (LoRA + bf16): CORY RSS / recipe RSS",
+            summary["cory_fast_rss_over_trl_cory"], "")] if args.fast else []),
     ])
     print(json.dumps(summary))
 
@@ -566,6 +581,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no-trl", dest="trl_python", action="store_const", const=None)
     p.add_argument("--lora", action="store_true",
                    help="also time CORY with LoRA adapters on one shared base")
+    p.add_argument("--fast", action="store_true",
+                   help="also time PPO and CORY with LoRA on one shared base + bf16 autocast")
     p.add_argument("--env-steps", type=int, default=20000, help="AEC steps per timing")
     p.add_argument("--env-rounds", type=int, default=4, help="batched-env rollouts timed")
     p.add_argument("--device", default="cpu", help="device of our iterations")

@@ -1,5 +1,6 @@
 """Tests for agents.policy: KV-cache decoding, rollout/training consistency, references, LoRA."""
 
+import importlib.util
 import os
 
 import pytest
@@ -286,6 +287,72 @@ def test_4bit_without_cuda_fails_before_loading(model_dirs, monkeypatch):
         LLMPolicy.from_pretrained(model_dirs["gpt2"], lora=LoraSettings(), load_in_4bit=True)
     with pytest.raises(ValueError, match="LoRA"):
         LLMPolicy.from_pretrained(model_dirs["gpt2"], load_in_4bit=True)
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_bf16_on_the_cpu_switches_to_eager_attention_and_back(model_dirs, arch):
+    """bf16 autocast on the CPU runs eager attention (the SDPA CPU kernel's bf16 backward is
+    slow); the passes compute the same function, and turning bf16 off restores SDPA."""
+    policy = LLMPolicy.from_pretrained(model_dirs[arch], reference="copy")
+    models = (policy.hf_model, policy.ref_model)
+
+    def kernels():
+        return [m.config._attn_implementation for m in models]
+
+    assert kernels() == ["sdpa", "sdpa"] and not policy.needs_recompute
+    ids, mask = prompts(B=6, P=8)
+    T, real = 3, mask[:, -3:].bool()
+    fp32 = policy.evaluate(ids, mask, T)
+    policy.mixed_precision = "bf16"
+    assert kernels() == ["eager", "eager"] and policy.needs_recompute
+    eager = policy.evaluate(ids, mask, T)
+    assert eager.logprobs.dtype == torch.float32
+    assert (eager.logprobs - fp32.logprobs)[real].abs().max() < 0.1  # bf16 rounding only
+    for m in models:
+        m.set_attn_implementation("sdpa")
+    sdpa = policy.evaluate(ids, mask, T)  # the same bf16 pass on the other kernel
+    assert (eager.logprobs - sdpa.logprobs)[real].abs().max() < 0.05
+    (eager.logprobs[real].sum() + eager.values.sum()).backward()  # the eager bf16 pass trains
+    assert all(p.grad is not None and torch.isfinite(p.grad).all()
+               for p in policy.trainable_parameters())
+    policy.mixed_precision = None
+    assert kernels() == ["sdpa", "sdpa"] and not policy.needs_recompute
+    with pytest.raises(ValueError, match="got 'fp16'"):
+        policy.mixed_precision = "fp16"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available()
+                    or importlib.util.find_spec("bitsandbytes") is None,
+                    reason="needs a CUDA GPU and bitsandbytes")
+def test_4bit_lora_on_cuda_rolls_out_trains_and_keeps_its_reference(model_dirs):
+    """The paper's GSM8K setting in miniature: an nf4 base + LoRA on CUDA. Decoding agrees
+    with evaluate() up to 4-bit/bf16 noise, training moves the adapter, not the base."""
+    torch.manual_seed(0)
+    policy = LLMPolicy.from_pretrained(model_dirs["llama"], lora=LoraSettings(r=4),
+                                       load_in_4bit=True, device="cuda")
+    assert policy.is_quantized and policy.needs_recompute and policy.device.type == "cuda"
+    ids, mask = (x.cuda() for x in prompts())
+    T = 5
+    state = policy.begin(ids, mask)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    steps = []
+    for _ in range(T):
+        steps.append(policy.sample(state, gen))
+        policy.feed(state, steps[-1].token)
+    full_ids = torch.cat([ids, stack(steps, "token")], 1)
+    full_mask = torch.cat([mask, torch.ones_like(mask[:, :T])], 1)
+    ev = policy.evaluate(full_ids, full_mask, T)
+    assert (stack(steps, "raw_logprob") - ev.raw_logprobs).abs().max() < 0.1
+    ref0 = policy.reference_logsoftmax(full_ids, full_mask, T)
+    base0 = [p.detach().clone() for n, p in policy.model.named_parameters() if "lora_" not in n]
+    before = ev.logprobs.sum().item()
+    train_steps(policy, full_ids, full_mask, T, n=5)
+    after = policy.evaluate(full_ids, full_mask, T).logprobs.sum().item()
+    assert after > before + 0.5  # the adapters learned to push these tokens up
+    base1 = [p.detach() for n, p in policy.model.named_parameters() if "lora_" not in n]
+    assert all(torch.equal(a, b) for a, b in zip(base0, base1))
+    torch.testing.assert_close(policy.reference_logsoftmax(full_ids, full_mask, T), ref0,
+                               atol=0, rtol=0)
 
 
 def fixed_state(logits, n, sampling, seen=None):

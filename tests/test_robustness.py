@@ -156,6 +156,7 @@ def test_with_lora_and_4bit_the_advice_drops_them():
     ({"iterations": 0}, "iterations must be a positive integer, got 0"),
     ({"max_new_tokens": 0}, "max_new_tokens must be None or a positive integer"),
     ({"load_in_4bit": True}, "load_in_4bit=True needs LoRA"),
+    ({"mixed_precision": "fp16"}, "mixed_precision must be one of .*, got 'fp16'"),
     ({"device": "gpu"}, "device='gpu' is not a device"),
     ({"placement": {"llm_2": "cpu"}}, "placement key 'llm_2' must be"),
     ({"placement": {"llm_1": "tpu0"}}, r"placement\['llm_1'\]='tpu0' is not a device"),
