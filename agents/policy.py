@@ -51,7 +51,7 @@ import json
 import os
 import shutil
 import tempfile
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -194,9 +194,12 @@ def sample_from_logprobs(logp: torch.Tensor, generator: torch.Generator | None =
 _SDPA_KERNELS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
-def _attention_kernels(device: torch.device):
-    """On CUDA, let scaled_dot_product_attention use every kernel but cuDNN's."""
-    return sdpa_kernel(_SDPA_KERNELS) if device.type == "cuda" else nullcontext()
+def _set_attention(hf: nn.Module, name: str) -> None:
+    """Switch an HF model's attention implementation ("sdpa", "eager", ...)."""
+    if hasattr(hf, "set_attn_implementation"):
+        hf.set_attn_implementation(name)
+    else:  # transformers < 4.48
+        hf.config._attn_implementation = name
 
 
 def _cache_kwarg(model: nn.Module) -> str:
@@ -430,26 +433,30 @@ class LLMPolicy(nn.Module):
         if value not in MIXED_PRECISION:
             raise ValueError(f"mixed_precision must be one of {MIXED_PRECISION}, got {value!r}")
         self._mixed_precision = value
-        self._choose_attention()
 
-    def _choose_attention(self) -> None:
-        """Eager attention for bf16 on the CPU, else the model's own (SDPA as loaded).
+    @contextmanager
+    def _attention(self, hf: nn.Module, device: torch.device):
+        """The attention kernels of one pass of `hf`.
 
-        The CPU SDPA kernel's bf16 backward is about 3x slower than its fp32 one: on the perf
-        workload, eager attention makes a bf16 LoRA training pass 1.3x faster.
+        CUDA: any SDPA kernel but cuDNN's (see `_SDPA_KERNELS`). CPU, bf16, with grad: eager
+        attention, because the CPU SDPA kernel's bf16 backward is about 3x slower than its fp32
+        one (its forward is fine, so rollouts keep it); on the perf workload this makes a bf16
+        LoRA training pass 1.3x faster.
         """
-        cpu_bf16 = self.device.type == "cpu" and self.amp_dtype == torch.bfloat16
-        for hf in (self.hf_model, self.ref_model):
-            if hf is None:
-                continue
-            loaded = getattr(hf, "_cory_loaded_attention", None) or hf.config._attn_implementation
-            hf._cory_loaded_attention = loaded
-            want = "eager" if cpu_bf16 and loaded == "sdpa" else loaded
-            if hf.config._attn_implementation != want:
-                if hasattr(hf, "set_attn_implementation"):
-                    hf.set_attn_implementation(want)
-                else:  # transformers < 4.48
-                    hf.config._attn_implementation = want
+        if device.type == "cuda":
+            with sdpa_kernel(_SDPA_KERNELS):
+                yield
+            return
+        loaded = hf.config._attn_implementation
+        swap = (loaded == "sdpa" and torch.is_grad_enabled()
+                and self.amp_dtype == torch.bfloat16)
+        if swap:
+            _set_attention(hf, "eager")
+        try:
+            yield
+        finally:
+            if swap:
+                _set_attention(hf, loaded)
 
     @property
     def amp_dtype(self) -> torch.dtype | None:
@@ -516,7 +523,7 @@ class LLMPolicy(nn.Module):
         if position_ids is None:
             position_ids = position_ids_from_mask(mask)[:, -ids.shape[1]:]
         kw = {self._cache_key: cache} if cache is not None else {}
-        with self.autocast(), _attention_kernels(ids.device):
+        with self.autocast(), self._attention(hf, ids.device):
             out = hf.base_model(input_ids=ids, attention_mask=mask, position_ids=position_ids,
                                 use_cache=use_cache, **kw)
         new_cache = getattr(out, self._cache_key, None) if use_cache else None

@@ -135,6 +135,22 @@ def time_iterations(cfg, iters: int, warmup: int) -> dict:
             "update_s": round(statistics.median(update), 3), "truncated_prompt_tokens": dropped}
 
 
+def peak_rss_mb() -> int:
+    """This process' peak resident memory in MB.
+
+    VmHWM, not ru_maxrss: a spawned child's ru_maxrss starts at its parent's peak RSS (Linux
+    carries it over at exec), which hid every child peak below the parent's (about 590 MB here).
+    """
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) // 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+
+
 def child_main(args) -> None:
     """Time one method in this process and print one JSON line (with this process' peak RSS)."""
     import torch
@@ -145,7 +161,7 @@ def child_main(args) -> None:
     out = time_iterations(cfg, args.iters, args.warmup)
     out.update(method=args.child, resp=args.resp, lora=args.lora, threads=args.threads,
                precision=args.precision,
-               peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+               peak_rss_mb=peak_rss_mb())
     if args.device.startswith("cuda"):
         out["peak_cuda_mb"] = torch.cuda.max_memory_allocated() // 2**20
     print(json.dumps(out), flush=True)
@@ -502,15 +518,6 @@ def main(argv=None) -> None:
           f"{os.cpu_count()} cores), {args.iters} timed iterations after {args.warmup}",
           flush=True)
 
-    print("AEC env, random tokens, reward excluded:", flush=True)
-    aec = {t: round(aec_steps_per_s(t, args.env_steps)) for t in ("sentiment", "arithmetic")}
-    print(f"  steps/s {aec}", flush=True)
-    import torch
-
-    torch.set_num_threads(args.threads)
-    overhead = batched_env_overhead(args.model, args.env_rounds)
-    print(f"  batched env B=64: {overhead}", flush=True)
-
     print("iterations (each in its own process; ours next to TRL's, so both see the same load):",
           flush=True)
     trl = (lambda mode: run_trl(args, mode)) if args.trl_python else (lambda mode: None)
@@ -520,6 +527,16 @@ def main(argv=None) -> None:
     fast = {m: run_ours(args, m, lora=True, precision="bf16") if args.fast else None
             for m in ("ppo", "cory")}
     t64 = None if args.skip_length else run_ours(args, "cory", 64, args.length_iters)
+
+    # In this process, after the children: what it loads would otherwise add to their RSS.
+    print("AEC env, random tokens, reward excluded:", flush=True)
+    aec = {t: round(aec_steps_per_s(t, args.env_steps)) for t in ("sentiment", "arithmetic")}
+    print(f"  steps/s {aec}", flush=True)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    overhead = batched_env_overhead(args.model, args.env_rounds)
+    print(f"  batched env B=64: {overhead}", flush=True)
     gpu = gpu_report(args.model, args.iters) if torch.cuda.is_available() else None
 
     summary = {
