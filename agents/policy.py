@@ -551,14 +551,18 @@ class LLMPolicy(nn.Module):
 
     # -- rollout ------------------------------------------------------------------------------
 
-    def begin(self, prompt_ids, prompt_mask, sampling: SamplingConfig | None = None) -> DecodeState:
-        """Run the left-padded (B, P) prompt once; keep the KV cache and next-token logits."""
+    def begin(self, prompt_ids, prompt_mask, sampling: SamplingConfig | None = None,
+              max_new_tokens: int | None = None) -> DecodeState:
+        """Run the left-padded (B, P) prompt once; keep the KV cache and next-token logits.
+
+        `max_new_tokens`, when known, sizes the KV cache exactly (no spare room to grow into).
+        """
         sampling = sampling or SamplingConfig()
         with torch.inference_mode():
             self._activate()
             prompt_ids, prompt_mask = trim_left_padding(prompt_ids, prompt_mask)
-            h, cache = self._hidden(self.hf_model, prompt_ids, prompt_mask, growing_cache(),
-                                    use_cache=True)
+            cache = growing_cache(prompt_ids.shape[1] + max_new_tokens if max_new_tokens else 0)
+            h, cache = self._hidden(self.hf_model, prompt_ids, prompt_mask, cache, use_cache=True)
             logits, value = self._heads(h[:, -1])
             seen = None
             if sampling.repetition_penalty != 1.0:

@@ -60,7 +60,7 @@ def rollout(env: BatchedCoryEnv, policies: Mapping[str, object], sampling=None,
         policy = policies[agent]
         device = policy.device
         ids, mask = obs["input_ids"].to(device), obs["attention_mask"].to(device)
-        state = policy.begin(ids[:, :P], mask[:, :P], sampling)
+        state = policy.begin(ids[:, :P], mask[:, :P], sampling, max_new_tokens=T)
         steps = []
         while True:
             active = obs["active"].to(device)

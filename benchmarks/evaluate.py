@@ -29,7 +29,7 @@ def sample_rewards(env: BatchedCoryEnv, policy, sampling: SamplingConfig,
     obs = env.reset(options={"queries": list(queries)})
     device, P = policy.device, env.prompt_len
     ids, mask = obs["input_ids"].to(device), obs["attention_mask"].to(device)
-    state = policy.begin(ids[:, :P], mask[:, :P], sampling)
+    state = policy.begin(ids[:, :P], mask[:, :P], sampling, max_new_tokens=env.max_new_tokens)
     while True:
         active = obs["active"].to(device)
         step = policy.sample(state, generator)

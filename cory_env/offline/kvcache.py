@@ -4,7 +4,9 @@
 decoding T tokens after a P-token prompt copies the whole cache T times: O((P + T)^2) memory
 traffic. At batch 512 with the arithmetic one-shot prompt that copy was 45% of an episode.
 ``growing_cache()`` keeps each layer in a buffer with spare room (doubled when full) and hands
-the model a view of the filled part, so a step writes only the new keys and values.
+the model a view of the filled part, so a step writes only the new keys and values. A caller
+that knows the final length (prompt + new tokens) passes it as ``reserve``, and the buffer is
+made that size at once: no spare room, no regrowth.
 
 Attention reads the same numbers either way, so decoding with either cache gives identical
 outputs (checked in ``tests/test_offline_lm.py``). Needs transformers >= 4.56 (cache layers);
@@ -26,6 +28,8 @@ if DynamicLayer is not None:
     class GrowingLayer(DynamicLayer):
         """A DynamicLayer whose keys/values are views of a buffer with spare capacity."""
 
+        reserve = 0  # positions to allocate at the first update (0: grow by doubling)
+
         def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
             """Write the new states after the cached ones; return (keys, values) so far."""
             if not self.is_initialized:
@@ -33,7 +37,7 @@ if DynamicLayer is not None:
                 self.buffers = None
             n, k = self.get_seq_length(), key_states.shape[-2]
             if not self._fits(key_states, n, k):
-                room = max(2 * (n + k), n + k + 64)
+                room = self.reserve if self.reserve >= n + k else max(2 * (n + k), n + k + 64)
                 self.buffers = [s.new_empty((*s.shape[:2], room, s.shape[-1]))
                                 for s in (key_states, value_states)]
                 if n:  # after crop / batch_select / repeat_interleave the states are copied once
@@ -53,8 +57,17 @@ if DynamicLayer is not None:
                     and n + k <= buf.shape[2])
 
 
-def growing_cache():
-    """A fresh in-place-appending KV cache, or None where transformers lacks cache layers."""
+def growing_cache(reserve: int = 0):
+    """A fresh in-place-appending KV cache, or None where transformers lacks cache layers.
+
+    `reserve`: the number of positions the cache will hold in the end, if known.
+    """
     if DynamicLayer is None:
         return None
-    return Cache(layer_class_to_replicate=GrowingLayer)
+
+    def new_layer():
+        layer = GrowingLayer()
+        layer.reserve = reserve
+        return layer
+
+    return Cache(layer_class_to_replicate=new_layer)

@@ -575,7 +575,7 @@ def play_turn(model, env, generator: torch.Generator | None = None,
     mask = obs["attention_mask"][:, :p]
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     kw = _cache_arg(model)
-    cache = growing_cache()
+    cache = growing_cache(p + env.max_new_tokens)
     out = model(input_ids=obs["input_ids"][:, :p], attention_mask=mask, position_ids=pos,
                 use_cache=True, **({kw: cache} if cache is not None else {}))
     past, logits, next_pos = _out_cache(out), out.logits[:, -1], mask.sum(-1)
