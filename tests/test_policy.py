@@ -456,8 +456,14 @@ def test_growing_cache_decodes_exactly_like_the_dynamic_cache(model_dirs, arch):
 
     with torch.no_grad():
         cache = growing_cache()
-        assert torch.equal(decode(cache), decode(DynamicCache()))
+        reference = decode(DynamicCache())
+        assert torch.equal(decode(cache), reference)
         assert type(cache.layers[0]) is GrowingLayer and cache.get_seq_length() == 6 + steps
+        for reserve in (6 + steps, 20):  # sized exactly once; too small: grows as without
+            sized = growing_cache(reserve)
+            assert torch.equal(decode(sized), reference)
+            room = sized.layers[0].buffers[0].shape[2]
+            assert room == 6 + steps if reserve > 20 else room > 6 + steps
 
         def select(cache, m, last):
             cache.batch_select_indices(torch.tensor([3, 1]))
