@@ -129,6 +129,8 @@ def test_resume_refuses_other_settings(tmp_path):
     (["--eval-samples", "2", "--pass-k", "4"], "pass_k 4 exceeds eval_samples 2"),
     (["--task-options", "reward_model=x", "--tasks", "arithmetic"], "task option 'reward_model'"),
     (["--resume"], "--resume needs --out"),
+    (["--mixed-precision", "fp16"], "mixed_precision must be one of ('auto', 'bf16', None), got "
+                                    "'fp16'"),
 ])
 def test_bad_values_fail_before_any_model_loads(argv, message, capsys, monkeypatch):
     def no_training(*a, **k):
