@@ -289,11 +289,12 @@ def test_4bit_without_cuda_fails_before_loading(model_dirs, monkeypatch):
         LLMPolicy.from_pretrained(model_dirs["gpt2"], load_in_4bit=True)
 
 
-@pytest.mark.parametrize("arch", ["gpt2", "llama"])
-def test_bf16_training_passes_on_the_cpu_use_eager_attention(model_dirs, arch):
+@pytest.mark.parametrize("arch,lora", [("gpt2", False), ("llama", False), ("gpt2", True)])
+def test_bf16_training_passes_on_the_cpu_use_eager_attention(model_dirs, arch, lora):
     """On the CPU a bf16 pass with grad runs eager attention (the SDPA CPU kernel's bf16
     backward is slow), any other pass SDPA; both compute the same function."""
-    policy = LLMPolicy.from_pretrained(model_dirs[arch], reference=None)
+    policy = LLMPolicy.from_pretrained(model_dirs[arch], lora=LoraSettings(r=4) if lora else None,
+                                       reference=None)
     hf = policy.hf_model
     seen = []
     hf.base_model.register_forward_pre_hook(
