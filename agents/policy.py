@@ -133,6 +133,12 @@ class Evaluation:
 
 MIXED_PRECISION = ("auto", "bf16", None)
 
+
+def check_mixed_precision(value) -> None:
+    """Raise ValueError naming `value` unless it is one of MIXED_PRECISION."""
+    if value not in MIXED_PRECISION:
+        raise ValueError(f"mixed_precision must be one of {MIXED_PRECISION}, got {value!r}")
+
 # ----------------------------------------------------------------------------- helpers
 
 def position_ids_from_mask(mask: torch.Tensor) -> torch.Tensor:
@@ -431,8 +437,7 @@ class LLMPolicy(nn.Module):
 
     @mixed_precision.setter
     def mixed_precision(self, value: str | None) -> None:
-        if value not in MIXED_PRECISION:
-            raise ValueError(f"mixed_precision must be one of {MIXED_PRECISION}, got {value!r}")
+        check_mixed_precision(value)
         self._mixed_precision = value
 
     @contextmanager

@@ -23,7 +23,7 @@ from cory_env import BatchedCoryEnv
 
 from . import mappo, reinforce  # noqa: F401  (register their learners)
 from .learner import LearnerConfig, learner_class, registered_learners
-from .policy import MIXED_PRECISION, LLMPolicy, LoraSettings, SamplingConfig
+from .policy import LLMPolicy, LoraSettings, SamplingConfig, check_mixed_precision
 from .ppo import PPOConfig
 from .rollout import rollout
 
@@ -97,9 +97,7 @@ class TrainConfig:
         self.ppo.validate()
         if self.load_in_4bit and self.lora is None:
             raise ValueError("load_in_4bit=True needs LoRA (set lora)")
-        if self.mixed_precision not in MIXED_PRECISION:
-            raise ValueError(f"mixed_precision must be one of {MIXED_PRECISION}, "
-                             f"got {self.mixed_precision!r}")
+        check_mixed_precision(self.mixed_precision)
         check_device("device", self.device)
         for agent, dev in self.placement.items():
             if agent not in ("llm_0", "llm_1", "critic"):
