@@ -317,6 +317,10 @@ def _lora_config(lora: LoraSettings):
 class LLMPolicy(nn.Module):
     """Causal LM + value head, with KV-cache sampling, batched re-evaluation and a reference."""
 
+    # The prompt pass runs in column chunks of about this many tokens, filling the KV cache as
+    # decoding would: the activations of a whole (B, P) prompt pass are not all alive at once.
+    prefill_chunk_tokens = 1024
+
     def __init__(self, model: nn.Module, *, reference: nn.Module | str | None = None,
                  adapter_name: str | None = None, pad_token_id: int | None = None,
                  mixed_precision: str | None = "auto"):
@@ -567,8 +571,13 @@ class LLMPolicy(nn.Module):
         with torch.inference_mode():
             self._activate()
             prompt_ids, prompt_mask = trim_left_padding(prompt_ids, prompt_mask)
-            cache = growing_cache(prompt_ids.shape[1] + max_new_tokens if max_new_tokens else 0)
-            h, cache = self._hidden(self.hf_model, prompt_ids, prompt_mask, cache, use_cache=True)
+            B, P = prompt_ids.shape
+            cache = growing_cache(P + max_new_tokens if max_new_tokens else 0)
+            width = max(1, self.prefill_chunk_tokens // B)  # columns per chunk
+            for start in range(0, P, width):  # the cache fills chunk by chunk: same keys/values
+                end = min(P, start + width)
+                h, cache = self._hidden(self.hf_model, prompt_ids[:, start:end],
+                                        prompt_mask[:, :end], cache, use_cache=True)
             logits, value = self._heads(h[:, -1])
             seen = None
             if sampling.repetition_penalty != 1.0:

@@ -40,6 +40,10 @@ class PPOConfig:
 
     As in TRL, ``mini_batch_size`` is the size of one forward/backward pass and
     one optimizer step covers ``mini_batch_size * grad_accum_steps`` samples.
+    ``max_tokens_per_pass`` also caps a pass by tokens (rows x unpadded width): an optimizer
+    step's rows are sorted by length and packed into passes under the cap, so long sequences
+    take more, smaller passes (less activation memory) and similar lengths share one.
+    Single-process only: ranks would run different numbers of passes.
     """
 
     lr: float = 1.41e-5
@@ -67,6 +71,7 @@ class PPOConfig:
     early_stop_kl: float | None = None
     ratio_threshold: float = 10.0
     entropy_coef: float = 0.0
+    max_tokens_per_pass: int | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -96,6 +101,10 @@ class PPOConfig:
         for name in ("gamma", "lam"):
             if not 0 <= getattr(self, name) <= 1:
                 raise bad(name, "must be in [0, 1]")
+        budget = self.max_tokens_per_pass
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int)
+                                   or budget < 1):
+            raise bad("max_tokens_per_pass", "must be None or a positive int")
         for name in ("score_clip", "max_grad_norm", "early_stop_kl"):
             if getattr(self, name) is not None and not getattr(self, name) > 0:
                 raise bad(name, "must be None or > 0")
@@ -424,6 +433,29 @@ def prepare_advantages(batch: PPOBatch, cfg: PPOConfig) -> PPOBatch:
 
 
 # --------------------------------------------------------------------------- update
+def forward_passes(step_idx: Tensor, attention_mask: Tensor, rows: int,
+                   max_tokens: int | None = None) -> list[Tensor]:
+    """Split one optimizer step's rows into forward/backward passes of at most `rows` rows.
+
+    With `max_tokens`, the rows are sorted by unpadded width (longest first) and packed so that
+    rows x the widest row's width stays within it; a row wider than the budget runs alone.
+    """
+    if max_tokens is None:
+        return list(step_idx.split(rows))
+    real = attention_mask[step_idx.to(attention_mask.device)].bool()
+    width = (real.shape[1] - real.int().argmax(1)).tolist()  # from the first real column
+    order = sorted(range(len(width)), key=lambda i: -width[i])
+    passes, current = [], []
+    for i in order:
+        if current and (len(current) == rows
+                        or (len(current) + 1) * width[current[0]] > max_tokens):
+            passes.append(current)
+            current = []
+        current.append(i)
+    passes.append(current)
+    return [step_idx[torch.tensor(p, dtype=torch.long)] for p in passes]
+
+
 def _field(out: Any, name: str, required: bool = True) -> Tensor | None:
     value = out.get(name) if isinstance(out, Mapping) else getattr(out, name, None)
     if value is None and required:
@@ -489,7 +521,9 @@ def ppo_update(policy: Any, optimizer: torch.optim.Optimizer, batch: PPOBatch, c
             optimizer.zero_grad(set_to_none=True)
             step_stats: list[dict[str, Tensor]] = []
             reason = None
-            for micro_idx in step_idx.split(cfg.mini_batch_size):
+            passes = forward_passes(step_idx, batch.attention_mask, cfg.mini_batch_size,
+                                    cfg.max_tokens_per_pass)
+            for micro_idx in passes:
                 loss, stats = _minibatch_loss(policy, batch.index(micro_idx), cfg, kl_coef or 0.0,
                                               evaluate_kwargs)
                 ratio, kl = stats["ratio_mean"].item(), stats["approx_kl"].item()
@@ -502,7 +536,7 @@ def ppo_update(policy: Any, optimizer: torch.optim.Optimizer, batch: PPOBatch, c
                 if reason:
                     break
                 backward(loss * (len(micro_idx) / len(step_idx)))
-                step_stats.append(stats)
+                step_stats.append((len(micro_idx), stats))
             if reason is None:
                 grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm).item()
                 if not math.isfinite(grad_norm):
@@ -515,11 +549,11 @@ def ppo_update(policy: Any, optimizer: torch.optim.Optimizer, batch: PPOBatch, c
                 continue
             optimizer.step()
             steps += 1
-            for key in step_stats[0]:
-                value = sum(s[key].item() for s in step_stats) / len(step_stats)
+            for key in step_stats[0][1]:  # averaged over the step's rows
+                value = sum(n * s[key].item() for n, s in step_stats) / len(step_idx)
                 sums[key] = sums.get(key, 0.0) + value
             sums["grad_norm"] = sums.get("grad_norm", 0.0) + grad_norm
-            epoch_kl.append(sum(s["approx_kl"].item() for s in step_stats) / len(step_stats))
+            epoch_kl.append(sum(n * s["approx_kl"].item() for n, s in step_stats) / len(step_idx))
         epochs_run += 1
         if cfg.early_stop_kl is not None:  # every rank must agree, or the next pass hangs
             calm = not epoch_kl or sum(epoch_kl) / len(epoch_kl) <= cfg.early_stop_kl

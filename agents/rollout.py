@@ -73,6 +73,7 @@ def rollout(env: BatchedCoryEnv, policies: Mapping[str, object], sampling=None,
         del state  # the KV cache
         # Finish the turn's tensors now, so its (B, V) log-softmaxes are freed before the next turn.
         partial[agent] = _turn_tensors(env, agent, role, steps, policy, T)
+        del steps
     return {agent: _with_rewards(parts, rewards[agent], infos[agent])
             for agent, parts in partial.items()}
 

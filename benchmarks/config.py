@@ -56,6 +56,9 @@ class BenchConfig:
     batch_size: int = field(default=32, metadata=_help("episodes per iteration"))
     mini_batch_size: int = field(default=32, metadata=_help("PPO mini-batch size"))
     grad_accum_steps: int = field(default=1, metadata=_help("mini-batches per optimizer step"))
+    max_tokens_per_pass: int | None = field(default=None, metadata=_help(
+        "cap on tokens (rows x unpadded width) in one training pass: long sequences take more, "
+        "smaller passes (less memory); none: no cap"))
     ppo_epochs: int = field(default=4, metadata=_help("PPO epochs per iteration"))
     lr: float = field(default=1e-4, metadata=_help("learning rate (all methods)"))
     lr_by_method: dict[str, float] = field(
@@ -143,8 +146,9 @@ def validate_config(cfg: BenchConfig) -> None:
         raise ValueError(f"batch size {cfg.batch_size} is not divisible by mini-batch size "
                          f"{cfg.mini_batch_size} x grad accumulation {cfg.grad_accum_steps} "
                          f"= {step}")
-    if cfg.max_new_tokens is not None:
-        _integer("max_new_tokens", cfg.max_new_tokens)
+    for name in ("max_new_tokens", "max_tokens_per_pass"):
+        if getattr(cfg, name) is not None:
+            _integer(name, getattr(cfg, name))
     _integer("threads", cfg.threads, low=0)
     _integer("eval_problems", cfg.eval_problems, low=0)
     if cfg.pass_k > cfg.eval_samples:
@@ -304,6 +308,7 @@ def train_config(cfg: BenchConfig, spec: RunSpec) -> TrainConfig:
     ppo = PPOConfig(lr=cfg.lr_for(spec.method), ppo_epochs=cfg.ppo_epochs,
                     batch_size=cfg.batch_size, mini_batch_size=cfg.mini_batch_size,
                     grad_accum_steps=cfg.grad_accum_steps,
+                    max_tokens_per_pass=cfg.max_tokens_per_pass,
                     init_kl_coef=cfg.init_kl_coef if eta is None else eta,
                     adap_kl_ctrl=cfg.adaptive_kl and eta is None, kl_target=cfg.kl_target,
                     kl_penalty=cfg.kl_penalty)

@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCH_KIT = ROOT.parent / "shared" / "bench"
 IMDB_OBSERVER = 'I can make this sentence "{query}{response}" more positive: {query}'
 VOWELS = frozenset("aeiou")
+LEAN_TOKENS = 512  # --lean: PPOConfig.max_tokens_per_pass (the observer's 16 x 59 pass in two)
 
 
 # ----------------------------------------------------------------------------- the workload
@@ -94,14 +95,14 @@ def zero_reward(task: Task) -> Task:
 
 
 def train_config(model: str, method: str, resp: int, device: str = "cpu", lora: bool = False,
-                 precision: str | None = "auto"):
+                 precision: str | None = "auto", max_tokens_per_pass: int | None = None):
     """The reference workload as a TrainConfig (4 epochs, mini-batch 16, full KL, rep. 1.1)."""
     from agents.policy import LoraSettings, SamplingConfig
     from agents.ppo import PPOConfig
     from agents.train import TrainConfig
 
     ppo = PPOConfig(batch_size=64, mini_batch_size=16, ppo_epochs=4, kl_penalty="full",
-                    init_kl_coef=0.3)
+                    init_kl_coef=0.3, max_tokens_per_pass=max_tokens_per_pass)
     return TrainConfig(task="perf-ref", task_options={"model": model}, method=method,
                        model=model, batch_size=64, max_new_tokens=resp, device=device,
                        iterations=10**6, ppo=ppo, lora=LoraSettings() if lora else None,
@@ -157,7 +158,8 @@ def child_main(args) -> None:
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    cfg = train_config(args.model, args.child, args.resp, args.device, args.lora, args.precision)
+    cfg = train_config(args.model, args.child, args.resp, args.device, args.lora, args.precision,
+                       args.max_tokens_per_pass)
     out = time_iterations(cfg, args.iters, args.warmup)
     out.update(method=args.child, resp=args.resp, lora=args.lora, threads=args.threads,
                precision=args.precision,
@@ -196,17 +198,22 @@ def run_json(cmd: list[str], what: str, timeout: float) -> dict | None:
 
 
 def run_ours(args, method: str, resp: int = 16, iters: int | None = None,
-             lora: bool = False, precision: str | None = None) -> dict | None:
+             lora: bool = False, precision: str | None = None,
+             max_tokens_per_pass: int | None = None) -> dict | None:
     """Time one of our methods in a child process (precision None: the --precision option)."""
     precision = precision or args.precision
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", method, "--model",
            args.model, "--resp", str(resp), "--iters", str(iters or args.iters), "--warmup",
            str(args.warmup), "--threads", str(args.threads), "--device", args.device,
            "--precision", precision]
+    if max_tokens_per_pass:
+        cmd += ["--max-tokens-per-pass", str(max_tokens_per_pass)]
     result = run_json(cmd + (["--lora"] if lora else []), f"ours {method} T={resp}",
                       args.timeout)
     if result:
-        setting = [name for name, on in (("LoRA", lora), (precision, precision != "auto")) if on]
+        setting = [name for name, on in (("LoRA", lora), (precision, precision != "auto"),
+                                         (f"<= {max_tokens_per_pass} tokens a pass",
+                                          max_tokens_per_pass)) if on]
         label = f" ({', '.join(setting)})" if setting else ""
         print(f"  ours {method}{label} T={resp}: {result['s_per_iter']} "
               f"s/iter (rollout {result['rollout_s']}, update {result['update_s']}), "
@@ -526,6 +533,8 @@ def main(argv=None) -> None:
     cory_lora = run_ours(args, "cory", lora=True) if args.lora else None
     fast = {m: run_ours(args, m, lora=True, precision="bf16") if args.fast else None
             for m in ("ppo", "cory")}
+    lean = run_ours(args, "cory", lora=True, max_tokens_per_pass=LEAN_TOKENS) \
+        if args.lean else None
     t64 = None if args.skip_length else run_ours(args, "cory", 64, args.length_iters)
 
     # In this process, after the children: what it loads would otherwise add to their RSS.
@@ -560,6 +569,10 @@ def main(argv=None) -> None:
         "cory_fast_over_trl_cory": ratio(figure(fast["cory"]), figure(trl_cory)),
         "cory_fast_rss_over_trl_cory": ratio(figure(fast["cory"], "peak_rss_mb"),
                                              figure(trl_cory, "peak_rss_mb")),
+        "cory_lean_s_per_iter": figure(lean), "cory_lean_peak_rss_mb": figure(lean, "peak_rss_mb"),
+        "cory_lean_over_trl_cory": ratio(figure(lean), figure(trl_cory)),
+        "cory_lean_rss_over_trl_cory": ratio(figure(lean, "peak_rss_mb"),
+                                             figure(trl_cory, "peak_rss_mb")),
         "aec_steps_per_s": aec, "env_overhead_frac_of_forward": overhead["frac_of_forward"],
         "threads": args.threads, "gpu": gpu,
     }
@@ -576,6 +589,10 @@ def main(argv=None) -> None:
            ("fast (LoRA + bf16): CORY / recipe", summary["cory_fast_over_trl_cory"], ""),
            ("fast (LoRA + bf16): CORY RSS / recipe RSS",
             summary["cory_fast_rss_over_trl_cory"], "")] if args.fast else []),
+        *([(f"lean (LoRA, <= {LEAN_TOKENS} tokens a pass): CORY / recipe",
+            summary["cory_lean_over_trl_cory"], ""),
+           (f"lean (LoRA, <= {LEAN_TOKENS} tokens a pass): CORY RSS / recipe RSS",
+            summary["cory_lean_rss_over_trl_cory"], "")] if args.lean else []),
     ])
     print(json.dumps(summary))
 
@@ -600,6 +617,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="also time CORY with LoRA adapters on one shared base")
     p.add_argument("--fast", action="store_true",
                    help="also time PPO and CORY with LoRA on one shared base + bf16 autocast")
+    p.add_argument("--lean", action="store_true",
+                   help=f"also time CORY with LoRA and at most {LEAN_TOKENS} tokens a training "
+                        "pass (PPOConfig.max_tokens_per_pass)")
     p.add_argument("--env-steps", type=int, default=20000, help="AEC steps per timing")
     p.add_argument("--env-rounds", type=int, default=4, help="batched-env rollouts timed")
     p.add_argument("--device", default="cpu", help="device of our iterations")
@@ -608,6 +628,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=1800, help="seconds per child process")
     p.add_argument("--quick", action="store_true", help="a smoke run: 2 iterations, fewer steps")
     p.add_argument("--gpu-only", action="store_true", help="only the CUDA measurements")
+    p.add_argument("--max-tokens-per-pass", type=int, default=None,
+                   help=argparse.SUPPRESS)  # a child's PPOConfig.max_tokens_per_pass
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--resp", type=int, default=16, help=argparse.SUPPRESS)
     args = p.parse_args(argv)

@@ -289,6 +289,19 @@ def test_fsdp_refuses_what_it_cannot_shard():
                          "llm_1": SimpleNamespace(model=object(), is_quantized=True)})
 
 
+def test_a_token_cap_on_passes_is_refused_across_processes():
+    from types import SimpleNamespace
+
+    from agents.distributed import distribute_learner
+    from agents.ppo import PPOConfig
+
+    capped = SimpleNamespace(cfg=PPOConfig(batch_size=8, mini_batch_size=8,
+                                           max_tokens_per_pass=256))
+    learner = SimpleNamespace(agents={"llm_1": capped})
+    with pytest.raises(ValueError, match="'llm_1': ppo.max_tokens_per_pass=256 is single-proc"):
+        distribute_learner(learner, accelerator=None)
+
+
 def test_one_process_equals_the_plain_trainer(toy_lm):
     from agents.distributed import DistributedTrainer, SyncedPolicy, make_accelerator
     from agents.train import Trainer

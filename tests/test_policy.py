@@ -146,6 +146,29 @@ def test_kv_cache_matches_full_recompute(model_dirs, arch):
 
 
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_chunked_prompt_pass_matches_one_pass(model_dirs, arch):
+    """Filling the KV cache in column chunks gives the one-pass logits, values and decoding."""
+    ids, mask = prompts(B=4, P=7)  # rows 1, 2 start with pad columns: a chunk of only padding
+    sampling = SamplingConfig(repetition_penalty=1.1)
+    runs = []
+    for chunk_tokens in (10**6, 4, 8):  # one pass; 1 column a chunk; 2 columns a chunk
+        torch.manual_seed(0)  # the same value head each time
+        policy = LLMPolicy.from_pretrained(model_dirs[arch], reference=None)
+        policy.prefill_chunk_tokens = chunk_tokens
+        state = policy.begin(ids, mask, sampling, max_new_tokens=5)
+        gen = torch.Generator().manual_seed(3)
+        seen = [(state.logits.clone(), state.value.clone())]
+        for _ in range(5):
+            policy.feed(state, policy.sample(state, gen).token)
+            seen.append((state.logits.clone(), state.value.clone()))
+        runs.append(seen)
+    for chunked in runs[1:]:
+        for (logits, value), (want_logits, want_value) in zip(chunked, runs[0]):
+            torch.testing.assert_close(logits, want_logits, atol=1e-5, rtol=0)
+            torch.testing.assert_close(value, want_value, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
 def test_left_padding_invariance(model_dirs, arch):
     """A row's logits and values do not depend on how much left padding it carries."""
     policy = LLMPolicy.from_pretrained(model_dirs[arch], reference=None)

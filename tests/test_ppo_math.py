@@ -18,6 +18,7 @@ from agents.ppo import (
     PPOBatch,
     PPOConfig,
     RunningMoments,
+    forward_passes,
     full_kl,
     gae,
     gsm8k_preset,
@@ -277,6 +278,7 @@ def test_scale_scores_scaling_norm_and_clip():
     ("init_kl_coef", -1.0), ("kl_target", 0.0), ("kl_penalty", "kl2"), ("kl_in", "both"),
     ("kl_loss_estimator", "k4"), ("score_clip", 0.0), ("max_grad_norm", -1.0),
     ("early_stop_kl", -0.5), ("ratio_threshold", 0.0), ("entropy_coef", -0.01),
+    ("max_tokens_per_pass", 0), ("max_tokens_per_pass", 64.0),
 ])
 def test_config_validate_names_the_field(field, value):
     cfg = PPOConfig()
@@ -436,16 +438,44 @@ def test_ppo_update_deterministic_under_generator():
 
 def test_grad_accumulation_matches_one_big_minibatch():
     finals = []
-    for mbs, acc in ((8, 1), (4, 2), (2, 4)):
+    # (rows a pass, passes a step, token cap): the capped cases split a step into passes of
+    # 1-8 rows by the rows' unpadded widths (2-5 columns here), after sorting them.
+    for mbs, acc, cap in ((8, 1, None), (4, 2, None), (2, 4, None), (8, 1, 12), (8, 1, 5)):
         policy, batch = make_setup()
         batch.response_mask = torch.ones(B, T)  # equal token counts per micro-batch
+        batch.attention_mask[::2, :2] = 0  # left padding: every other row is 2 columns shorter
+        batch.attention_mask[1::4, :1] = 0
         cfg = dataclasses.replace(CFG, ppo_epochs=1, mini_batch_size=mbs, grad_accum_steps=acc,
-                                  max_grad_norm=None)
+                                  max_grad_norm=None, max_tokens_per_pass=cap)
         opt = torch.optim.SGD(policy.parameters(), lr=0.5)
-        ppo_update(policy, opt, batch, cfg, generator=torch.Generator().manual_seed(3))
-        finals.append(torch.cat([p.detach().flatten() for p in policy.parameters()]))
-    assert torch.allclose(finals[0], finals[1], atol=1e-6)
-    assert torch.allclose(finals[0], finals[2], atol=1e-6)
+        stats = ppo_update(policy, opt, batch, cfg, generator=torch.Generator().manual_seed(3))
+        finals.append((stats, torch.cat([p.detach().flatten() for p in policy.parameters()])))
+    for stats, params in finals[1:]:
+        assert torch.allclose(finals[0][1], params, atol=1e-6)
+        for key in ("policy_loss", "value_loss", "approx_kl", "clipfrac"):  # per-row averages
+            assert math.isclose(stats[key], finals[0][0][key], rel_tol=1e-5, abs_tol=1e-7), key
+
+
+def test_forward_passes_pack_rows_under_a_token_budget():
+    """Without a cap: plain chunks. With one: each row once, longest first, within the cap."""
+    g = torch.Generator().manual_seed(0)
+    widths = torch.randint(3, 20, (32,), generator=g)
+    mask = (torch.arange(20)[None, :] >= 20 - widths[:, None]).long()  # left-padded rows
+    step = torch.randperm(32, generator=g)
+    plain = forward_passes(step, mask, rows=8)
+    assert [p.tolist() for p in plain] == [p.tolist() for p in step.split(8)]
+    for cap in (1, 40, 64, 10**6):
+        passes = forward_passes(step, mask, rows=8, max_tokens=cap)
+        assert sorted(torch.cat(passes).tolist()) == sorted(step.tolist())
+        tops = [int(widths[p].max()) for p in passes]
+        assert tops == sorted(tops, reverse=True)  # longest rows first
+        for p in passes:
+            assert len(p) <= 8
+            assert len(p) == 1 or len(p) * int(widths[p].max()) <= cap
+        if cap == 10**6:
+            assert [len(p) for p in passes] == [8, 8, 8, 8]
+        if cap == 1:
+            assert len(passes) == 32
 
 
 def test_ppo_update_kl_in_loss_and_early_stop():
