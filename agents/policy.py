@@ -317,9 +317,11 @@ def _lora_config(lora: LoraSettings):
 class LLMPolicy(nn.Module):
     """Causal LM + value head, with KV-cache sampling, batched re-evaluation and a reference."""
 
-    # The prompt pass runs in column chunks of about this many tokens, filling the KV cache as
-    # decoding would: the activations of a whole (B, P) prompt pass are not all alive at once.
-    prefill_chunk_tokens = 1024
+    # If set, the prompt pass runs in column chunks of about this many tokens, filling the KV
+    # cache as decoding would, so a (B, P) prompt pass's activations are not all alive at once.
+    # The Trainer sets it to ppo.max_tokens_per_pass. Off by default: on CPU, smaller
+    # temporaries leave glibc's malloc mmapping (and page-faulting) the update's larger ones.
+    prefill_chunk_tokens: int | None = None
 
     def __init__(self, model: nn.Module, *, reference: nn.Module | str | None = None,
                  adapter_name: str | None = None, pad_token_id: int | None = None,
@@ -573,7 +575,7 @@ class LLMPolicy(nn.Module):
             prompt_ids, prompt_mask = trim_left_padding(prompt_ids, prompt_mask)
             B, P = prompt_ids.shape
             cache = growing_cache(P + max_new_tokens if max_new_tokens else 0)
-            width = max(1, self.prefill_chunk_tokens // B)  # columns per chunk
+            width = max(1, (self.prefill_chunk_tokens or B * P) // B)  # columns per chunk
             for start in range(0, P, width):  # the cache fills chunk by chunk: same keys/values
                 end = min(P, start + width)
                 h, cache = self._hidden(self.hf_model, prompt_ids[:, start:end],

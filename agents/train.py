@@ -196,6 +196,8 @@ def build_policies(cfg: TrainConfig, agents: list[str], critic: bool = False) ->
         policies["critic"] = LLMPolicy.from_pretrained(model, reference=None,
                                                        device=where["critic"],
                                                        mixed_precision=cfg.mixed_precision)
+    for policy in policies.values():  # the token cap of training passes bounds prompt passes too
+        policy.prefill_chunk_tokens = cfg.ppo.max_tokens_per_pass
     return policies
 
 

@@ -16,7 +16,8 @@ cory_env.register_task("toy", ToyTask)
 
 
 def config(toy_lm, method, **kw):
-    ppo = PPOConfig(batch_size=16, mini_batch_size=8, lr=3e-3, init_kl_coef=0.05)
+    ppo = PPOConfig(batch_size=16, mini_batch_size=8, lr=3e-3, init_kl_coef=0.05,
+                    max_tokens_per_pass=kw.pop("max_tokens_per_pass", None))
     return TrainConfig(task="toy", method=method, model=toy_lm, batch_size=16, ppo=ppo,
                        iterations=kw.pop("iterations", 4), **kw)
 
@@ -57,6 +58,16 @@ def test_role_exchange_keeps_optimizer_state_and_flips_first_agent(toy_lm):
 def test_learners_raise_the_task_reward(toy_lm, method):
     trainer = Trainer(config(toy_lm, method, iterations=10, seed=1))
     curve = [m["llm_0"]["task_reward"] for m in trainer.run()]
+    assert sum(curve[-3:]) / 3 > sum(curve[:3]) / 3 + 0.5, curve
+
+
+def test_a_token_cap_splits_passes_and_still_learns(toy_lm):
+    """ppo.max_tokens_per_pass: the same first rollout (prompt pass in chunks), then learning."""
+    trainer = Trainer(config(toy_lm, "cory", iterations=10, seed=1, max_tokens_per_pass=40))
+    assert all(p.prefill_chunk_tokens == 40 for p in trainer.learner.policies.values())
+    plain = Trainer(config(toy_lm, "cory", iterations=1, seed=1)).step()
+    curve = [m["llm_0"]["task_reward"] for m in trainer.run()]
+    assert curve[0] == plain["llm_0"]["task_reward"]  # identical sampled answers
     assert sum(curve[-3:]) / 3 > sum(curve[:3]) / 3 + 0.5, curve
 
 
