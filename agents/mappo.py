@@ -13,7 +13,7 @@ from dataclasses import replace
 import torch
 
 from .learner import IPPO, LearnerConfig, register_learner
-from .ppo import gae, masked_whiten, token_rewards, value_loss
+from .ppo import forward_passes, gae, masked_whiten, token_rewards, value_loss
 
 
 def compact(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -115,17 +115,24 @@ class MAPPO(IPPO):
         for _ in range(cfg.ppo_epochs):
             for idx in torch.randperm(B, generator=self.generator).split(cfg.backward_batch_size):
                 self.critic_optimizer.zero_grad(set_to_none=True)
-                values = self.critic_values(ids[idx], mask[idx], n)
-                loss, _ = value_loss(values, old_values[idx], returns[idx], rmask[idx],
-                                     cfg.cliprange_value)
-                if not self.all_ok(bool(torch.isfinite(loss))):  # every rank skips, or none
+                step_loss, finite = 0.0, True
+                for part in forward_passes(idx, mask, len(idx), cfg.max_tokens_per_pass):
+                    values = self.critic_values(ids[part], mask[part], n)
+                    loss, _ = value_loss(values, old_values[part], returns[part], rmask[part],
+                                         cfg.cliprange_value)
+                    finite = self.all_ok(bool(torch.isfinite(loss)))  # every rank skips, or none
+                    if not finite:
+                        break
+                    (loss * (len(part) / len(idx))).backward()
+                    step_loss += float(loss.detach()) * len(part) / len(idx)
+                if not finite:
+                    self.critic_optimizer.zero_grad(set_to_none=True)
                     continue
-                loss.backward()
                 if cfg.max_grad_norm:
                     torch.nn.utils.clip_grad_norm_(self.critic.trainable_parameters(),
                                                    cfg.max_grad_norm)
                 self.critic_optimizer.step()
-                losses.append(float(loss.detach()))
+                losses.append(step_loss)
         return {"critic_value_loss": sum(losses) / max(len(losses), 1)}
 
     def state_dict(self):

@@ -519,7 +519,7 @@ def ppo_update(policy: Any, optimizer: torch.optim.Optimizer, batch: PPOBatch, c
         for start in range(0, B, step_size):
             step_idx = perm[start:start + step_size]
             optimizer.zero_grad(set_to_none=True)
-            step_stats: list[dict[str, Tensor]] = []
+            step_stats: list[tuple[int, dict[str, Tensor]]] = []  # (rows, stats) a pass
             reason = None
             passes = forward_passes(step_idx, batch.attention_mask, cfg.mini_batch_size,
                                     cfg.max_tokens_per_pass)

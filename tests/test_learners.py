@@ -61,11 +61,12 @@ def test_learners_raise_the_task_reward(toy_lm, method):
     assert sum(curve[-3:]) / 3 > sum(curve[:3]) / 3 + 0.5, curve
 
 
-def test_a_token_cap_splits_passes_and_still_learns(toy_lm):
+@pytest.mark.parametrize("method", ["cory", "mappo"])  # mappo: its critic's passes too
+def test_a_token_cap_splits_passes_and_still_learns(toy_lm, method):
     """ppo.max_tokens_per_pass: the same first rollout (prompt pass in chunks), then learning."""
-    trainer = Trainer(config(toy_lm, "cory", iterations=10, seed=1, max_tokens_per_pass=40))
+    trainer = Trainer(config(toy_lm, method, iterations=10, seed=1, max_tokens_per_pass=40))
     assert all(p.prefill_chunk_tokens == 40 for p in trainer.learner.policies.values())
-    plain = Trainer(config(toy_lm, "cory", iterations=1, seed=1)).step()
+    plain = Trainer(config(toy_lm, method, iterations=1, seed=1)).step()
     curve = [m["llm_0"]["task_reward"] for m in trainer.run()]
     assert curve[0] == plain["llm_0"]["task_reward"]  # identical sampled answers
     assert sum(curve[-3:]) / 3 > sum(curve[:3]) / 3 + 0.5, curve
