@@ -92,7 +92,7 @@ class PPOAgent:
 
     def batch(self, turn: Turn, scores: torch.Tensor | None = None) -> PPOBatch:
         """Shape a turn into a PPO batch: -beta*KL per token plus the score on the last one."""
-        if getattr(self.policy, "needs_recompute", getattr(self.policy, "is_quantized", False)):
+        if self.recomputes:
             turn = self.recompute(turn)
         scores = scale_scores(turn.reward if scores is None else scores, self.score_stats,
                               self.cfg)
@@ -101,6 +101,13 @@ class PPOAgent:
         return PPOBatch(input_ids=turn.input_ids, attention_mask=turn.attention_mask,
                         response_mask=turn.response_mask, old_logprobs=turn.logprobs,
                         old_values=turn.values, ref_logprobs=turn.ref_logprobs, rewards=rewards)
+
+    @property
+    def recomputes(self) -> bool:
+        """Whether old log-probs and values are recomputed (cfg.old_logprobs; "auto": if needed)."""
+        if self.cfg.old_logprobs != "auto":
+            return self.cfg.old_logprobs == "recompute"
+        return getattr(self.policy, "needs_recompute", getattr(self.policy, "is_quantized", False))
 
     def recompute(self, turn: Turn) -> Turn:
         """Old log-probs and values from a full pass (4-bit / bf16 decoding differs from it)."""

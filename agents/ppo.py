@@ -31,6 +31,7 @@ from torch import Tensor
 KL_PENALTIES = ("kl", "abs", "mse", "full")
 KL_IN = ("reward", "loss")
 KL_LOSS_ESTIMATORS = ("k1", "k2", "k3")
+OLD_LOGPROBS = ("auto", "sampler", "recompute")
 
 
 # --------------------------------------------------------------------------- config
@@ -44,6 +45,12 @@ class PPOConfig:
     step's rows are sorted by length and packed into passes under the cap, so long sequences
     take more, smaller passes (less activation memory) and similar lengths share one.
     Single-process only: ranks would run different numbers of passes.
+
+    ``old_logprobs`` says where the old log-probs and values come from. "sampler": the
+    rollout's own, from the pass that drew each token (exactly the behaviour policy).
+    "recompute": one extra no-grad pass over the batch first, as TRL does, so the first ratio
+    is 1 with the training pass's numerics. "auto" (default) recomputes only when the sampler's
+    numerics differ from the training pass's: a 4-bit base, or mixed precision.
     """
 
     lr: float = 1.41e-5
@@ -72,6 +79,7 @@ class PPOConfig:
     ratio_threshold: float = 10.0
     entropy_coef: float = 0.0
     max_tokens_per_pass: int | None = None
+    old_logprobs: str = "auto"
 
     def __post_init__(self) -> None:
         self.validate()
@@ -109,7 +117,8 @@ class PPOConfig:
             if getattr(self, name) is not None and not getattr(self, name) > 0:
                 raise bad(name, "must be None or > 0")
         for name, allowed in (("kl_penalty", KL_PENALTIES), ("kl_in", KL_IN),
-                              ("kl_loss_estimator", KL_LOSS_ESTIMATORS)):
+                              ("kl_loss_estimator", KL_LOSS_ESTIMATORS),
+                              ("old_logprobs", OLD_LOGPROBS)):
             if getattr(self, name) not in allowed:
                 raise bad(name, f"must be one of {allowed}")
         if self.batch_size % self.backward_batch_size:

@@ -59,6 +59,9 @@ class BenchConfig:
     max_tokens_per_pass: int | None = field(default=None, metadata=_help(
         "cap on tokens (rows x unpadded width) in one training pass: long sequences take more, "
         "smaller passes (less memory); none: no cap"))
+    old_logprobs: str = field(default="auto", metadata=_help(
+        "old log-probs and values: auto (recompute under 4-bit or mixed precision) | sampler "
+        "(the rollout's own) | recompute (always, as TRL)"))
     ppo_epochs: int = field(default=4, metadata=_help("PPO epochs per iteration"))
     lr: float = field(default=1e-4, metadata=_help("learning rate (all methods)"))
     lr_by_method: dict[str, float] = field(
@@ -308,7 +311,7 @@ def train_config(cfg: BenchConfig, spec: RunSpec) -> TrainConfig:
     ppo = PPOConfig(lr=cfg.lr_for(spec.method), ppo_epochs=cfg.ppo_epochs,
                     batch_size=cfg.batch_size, mini_batch_size=cfg.mini_batch_size,
                     grad_accum_steps=cfg.grad_accum_steps,
-                    max_tokens_per_pass=cfg.max_tokens_per_pass,
+                    max_tokens_per_pass=cfg.max_tokens_per_pass, old_logprobs=cfg.old_logprobs,
                     init_kl_coef=cfg.init_kl_coef if eta is None else eta,
                     adap_kl_ctrl=cfg.adaptive_kl and eta is None, kl_target=cfg.kl_target,
                     kl_penalty=cfg.kl_penalty)

@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCH_KIT = ROOT.parent / "shared" / "bench"
 IMDB_OBSERVER = 'I can make this sentence "{query}{response}" more positive: {query}'
 VOWELS = frozenset("aeiou")
+FAST = "fast (LoRA + bf16, sampler log-probs)"
 LEAN_TOKENS = 512  # --lean: PPOConfig.max_tokens_per_pass (the observer's 16 x 59 pass in two)
 
 
@@ -95,14 +96,16 @@ def zero_reward(task: Task) -> Task:
 
 
 def train_config(model: str, method: str, resp: int, device: str = "cpu", lora: bool = False,
-                 precision: str | None = "auto", max_tokens_per_pass: int | None = None):
+                 precision: str | None = "auto", max_tokens_per_pass: int | None = None,
+                 old_logprobs: str = "auto"):
     """The reference workload as a TrainConfig (4 epochs, mini-batch 16, full KL, rep. 1.1)."""
     from agents.policy import LoraSettings, SamplingConfig
     from agents.ppo import PPOConfig
     from agents.train import TrainConfig
 
     ppo = PPOConfig(batch_size=64, mini_batch_size=16, ppo_epochs=4, kl_penalty="full",
-                    init_kl_coef=0.3, max_tokens_per_pass=max_tokens_per_pass)
+                    init_kl_coef=0.3, max_tokens_per_pass=max_tokens_per_pass,
+                    old_logprobs=old_logprobs)
     return TrainConfig(task="perf-ref", task_options={"model": model}, method=method,
                        model=model, batch_size=64, max_new_tokens=resp, device=device,
                        iterations=10**6, ppo=ppo, lora=LoraSettings() if lora else None,
@@ -159,7 +162,7 @@ def child_main(args) -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     cfg = train_config(args.model, args.child, args.resp, args.device, args.lora, args.precision,
-                       args.max_tokens_per_pass)
+                       args.max_tokens_per_pass, args.old_logprobs)
     out = time_iterations(cfg, args.iters, args.warmup)
     out.update(method=args.child, resp=args.resp, lora=args.lora, threads=args.threads,
                precision=args.precision,
@@ -199,7 +202,7 @@ def run_json(cmd: list[str], what: str, timeout: float) -> dict | None:
 
 def run_ours(args, method: str, resp: int = 16, iters: int | None = None,
              lora: bool = False, precision: str | None = None,
-             max_tokens_per_pass: int | None = None) -> dict | None:
+             max_tokens_per_pass: int | None = None, old_logprobs: str = "auto") -> dict | None:
     """Time one of our methods in a child process (precision None: the --precision option)."""
     precision = precision or args.precision
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", method, "--model",
@@ -208,12 +211,15 @@ def run_ours(args, method: str, resp: int = 16, iters: int | None = None,
            "--precision", precision]
     if max_tokens_per_pass:
         cmd += ["--max-tokens-per-pass", str(max_tokens_per_pass)]
+    cmd += ["--old-logprobs", old_logprobs]
     result = run_json(cmd + (["--lora"] if lora else []), f"ours {method} T={resp}",
                       args.timeout)
     if result:
         setting = [name for name, on in (("LoRA", lora), (precision, precision != "auto"),
                                          (f"<= {max_tokens_per_pass} tokens a pass",
-                                          max_tokens_per_pass)) if on]
+                                          max_tokens_per_pass),
+                                         (f"{old_logprobs} log-probs", old_logprobs != "auto"))
+                   if on]
         label = f" ({', '.join(setting)})" if setting else ""
         print(f"  ours {method}{label} T={resp}: {result['s_per_iter']} "
               f"s/iter (rollout {result['rollout_s']}, update {result['update_s']}), "
@@ -531,8 +537,8 @@ def main(argv=None) -> None:
     ppo, trl_ppo = run_ours(args, "ppo"), trl("ppo")
     cory, trl_cory = run_ours(args, "cory"), trl("cory")
     cory_lora = run_ours(args, "cory", lora=True) if args.lora else None
-    fast = {m: run_ours(args, m, lora=True, precision="bf16") if args.fast else None
-            for m in ("ppo", "cory")}
+    fast = {m: run_ours(args, m, lora=True, precision="bf16", old_logprobs="sampler")
+            if args.fast else None for m in ("ppo", "cory")}
     lean = run_ours(args, "cory", lora=True, max_tokens_per_pass=LEAN_TOKENS) \
         if args.lean else None
     t64 = None if args.skip_length else run_ours(args, "cory", 64, args.length_iters)
@@ -585,10 +591,10 @@ def main(argv=None) -> None:
         ("CORY RSS / recipe RSS (goal <= 0.5)", summary["cory_rss_over_trl_cory"], ""),
         ("env step / decode step (goal <= 0.05)", overhead["frac_of_step"], ""),
         ("CORY time T=64 / T=16 (goal <= 4.5)", summary["t64_over_t16"], ""),
-        *([("fast (LoRA + bf16): PPO / TRL PPO", summary["ppo_fast_over_trl_ppo"], ""),
-           ("fast (LoRA + bf16): CORY / recipe", summary["cory_fast_over_trl_cory"], ""),
-           ("fast (LoRA + bf16): CORY RSS / recipe RSS",
-            summary["cory_fast_rss_over_trl_cory"], "")] if args.fast else []),
+        *([(f"{FAST}: PPO / TRL PPO", summary["ppo_fast_over_trl_ppo"], ""),
+           (f"{FAST}: CORY / recipe", summary["cory_fast_over_trl_cory"], ""),
+           (f"{FAST}: CORY RSS / recipe RSS", summary["cory_fast_rss_over_trl_cory"], "")]
+          if args.fast else []),
         *([(f"lean (LoRA, <= {LEAN_TOKENS} tokens a pass): CORY / recipe",
             summary["cory_lean_over_trl_cory"], ""),
            (f"lean (LoRA, <= {LEAN_TOKENS} tokens a pass): CORY RSS / recipe RSS",
@@ -616,7 +622,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--lora", action="store_true",
                    help="also time CORY with LoRA adapters on one shared base")
     p.add_argument("--fast", action="store_true",
-                   help="also time PPO and CORY with LoRA on one shared base + bf16 autocast")
+                   help="also time PPO and CORY with LoRA on one shared base + bf16 autocast, "
+                        "old log-probs from the sampler (no recomputing pass)")
     p.add_argument("--lean", action="store_true",
                    help=f"also time CORY with LoRA and at most {LEAN_TOKENS} tokens a training "
                         "pass (PPOConfig.max_tokens_per_pass)")
@@ -630,6 +637,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--gpu-only", action="store_true", help="only the CUDA measurements")
     p.add_argument("--max-tokens-per-pass", type=int, default=None,
                    help=argparse.SUPPRESS)  # a child's PPOConfig.max_tokens_per_pass
+    p.add_argument("--old-logprobs", default="auto",
+                   help=argparse.SUPPRESS)  # a child's PPOConfig.old_logprobs
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--resp", type=int, default=16, help=argparse.SUPPRESS)
     args = p.parse_args(argv)

@@ -126,6 +126,8 @@ def test_resume_refuses_other_settings(tmp_path):
     (["--batch-size", "12", "--mini-batch-size", "8"], "batch size 12 is not divisible"),
     (["--iterations", "0"], "iterations must be a positive integer, got 0"),
     (["--max-tokens-per-pass", "-5"], "max_tokens_per_pass must be a positive integer, got -5"),
+    (["--old-logprobs", "decode"], "PPOConfig.old_logprobs must be one of ('auto', 'sampler', "
+                                   "'recompute'), got 'decode'"),
     (["--eta-sweep", "1e-3,-1"], "eta_sweep values must be positive"),
     (["--eval-samples", "2", "--pass-k", "4"], "pass_k 4 exceeds eval_samples 2"),
     (["--task-options", "reward_model=x", "--tasks", "arithmetic"], "task option 'reward_model'"),
@@ -164,9 +166,10 @@ def test_presets_resolve_to_the_papers_settings():
     sweep = resolve_config("offline", eta_sweep=[1e-3])
     tc = benchmarks.train_config(sweep, benchmarks.run_specs(sweep)[0])
     assert tc.ppo.init_kl_coef == 1e-3 and not tc.ppo.adap_kl_ctrl and tc.eta == 1e-3
-    capped = resolve_config("offline", max_tokens_per_pass=512)
+    capped = resolve_config("offline", max_tokens_per_pass=512, old_logprobs="sampler")
     tc = benchmarks.train_config(capped, benchmarks.run_specs(capped)[0])
     assert tc.ppo.max_tokens_per_pass == 512 and tc.ppo.mini_batch_size == 32
+    assert tc.ppo.old_logprobs == "sampler"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")

@@ -10,6 +10,7 @@ import cory_env
 from agents.learner import pioneer_is_swapped
 from agents.mappo import compact, joint_gae, uncompact
 from agents.ppo import PPOConfig, gae
+from agents.rollout import rollout
 from agents.train import METHODS, TrainConfig, Trainer, known_methods
 
 cory_env.register_task("toy", ToyTask)
@@ -17,7 +18,8 @@ cory_env.register_task("toy", ToyTask)
 
 def config(toy_lm, method, **kw):
     ppo = PPOConfig(batch_size=16, mini_batch_size=8, lr=3e-3, init_kl_coef=0.05,
-                    max_tokens_per_pass=kw.pop("max_tokens_per_pass", None))
+                    max_tokens_per_pass=kw.pop("max_tokens_per_pass", None),
+                    old_logprobs=kw.pop("old_logprobs", "auto"))
     return TrainConfig(task="toy", method=method, model=toy_lm, batch_size=16, ppo=ppo,
                        iterations=kw.pop("iterations", 4), **kw)
 
@@ -70,6 +72,28 @@ def test_a_token_cap_splits_passes_and_still_learns(toy_lm, method):
     curve = [m["llm_0"]["task_reward"] for m in trainer.run()]
     assert curve[0] == plain["llm_0"]["task_reward"]  # identical sampled answers
     assert sum(curve[-3:]) / 3 > sum(curve[:3]) / 3 + 0.5, curve
+
+
+@pytest.mark.parametrize("precision,mode,recomputes", [
+    (None, "auto", False), (None, "recompute", True), ("bf16", "auto", True),
+    ("bf16", "sampler", False)])
+def test_old_logprobs_come_from_where_the_config_says(toy_lm, precision, mode, recomputes):
+    """ppo.old_logprobs: the sampler's own, or one recomputing pass (auto: under bf16 only)."""
+    trainer = Trainer(config(toy_lm, "ppo", mixed_precision=precision, old_logprobs=mode))
+    turn = rollout(trainer.env, trainer.learner.policies, trainer.cfg.sampling)["llm_0"]
+    sampled = turn.logprobs.clone()
+    agent = trainer.learner.agents["llm_0"]
+    assert agent.recomputes == recomputes
+    passes = []
+    recompute = agent.recompute
+    agent.recompute = lambda t: passes.append(1) or recompute(t)
+    batch = agent.batch(turn)
+    assert len(passes) == recomputes
+    if not recomputes:
+        assert torch.equal(batch.old_logprobs, sampled)
+    else:  # the pass agrees with the sampler: to 1e-5 in fp32, to bf16 rounding otherwise
+        tol = 1e-5 if precision is None else 0.1
+        torch.testing.assert_close(batch.old_logprobs, sampled, atol=tol, rtol=0)
 
 
 def test_same_seed_same_metrics(toy_lm):

@@ -278,7 +278,7 @@ def test_scale_scores_scaling_norm_and_clip():
     ("init_kl_coef", -1.0), ("kl_target", 0.0), ("kl_penalty", "kl2"), ("kl_in", "both"),
     ("kl_loss_estimator", "k4"), ("score_clip", 0.0), ("max_grad_norm", -1.0),
     ("early_stop_kl", -0.5), ("ratio_threshold", 0.0), ("entropy_coef", -0.01),
-    ("max_tokens_per_pass", 0), ("max_tokens_per_pass", 64.0),
+    ("max_tokens_per_pass", 0), ("max_tokens_per_pass", 64.0), ("old_logprobs", "decode"),
 ])
 def test_config_validate_names_the_field(field, value):
     cfg = PPOConfig()
