@@ -42,6 +42,7 @@ IMDB_OBSERVER = 'I can make this sentence "{query}{response}" more positive: {qu
 VOWELS = frozenset("aeiou")
 FAST = "fast (LoRA + bf16, sampler log-probs)"
 LEAN_TOKENS = 512  # --lean: PPOConfig.max_tokens_per_pass (the observer's 16 x 59 pass in two)
+LEAN = f"lean (LoRA, <= {LEAN_TOKENS} tokens a pass)"
 
 
 # ----------------------------------------------------------------------------- the workload
@@ -595,10 +596,9 @@ def main(argv=None) -> None:
            (f"{FAST}: CORY / recipe", summary["cory_fast_over_trl_cory"], ""),
            (f"{FAST}: CORY RSS / recipe RSS", summary["cory_fast_rss_over_trl_cory"], "")]
           if args.fast else []),
-        *([(f"lean (LoRA, <= {LEAN_TOKENS} tokens a pass): CORY / recipe",
-            summary["cory_lean_over_trl_cory"], ""),
-           (f"lean (LoRA, <= {LEAN_TOKENS} tokens a pass): CORY RSS / recipe RSS",
-            summary["cory_lean_rss_over_trl_cory"], "")] if args.lean else []),
+        *([(f"{LEAN}: CORY / recipe", summary["cory_lean_over_trl_cory"], ""),
+           (f"{LEAN}: CORY RSS / recipe RSS", summary["cory_lean_rss_over_trl_cory"], "")]
+          if args.lean else []),
     ])
     print(json.dumps(summary))
 
