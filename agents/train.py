@@ -72,6 +72,7 @@ class TrainConfig:
     load_in_4bit: bool = False
     shared_base: bool = True  # with LoRA: both agents are adapters on one base
     mixed_precision: str | None = "auto"  # "auto": bf16 autocast on CUDA; "bf16": anywhere
+    torch_compile: bool = False  # torch.compile the training passes (compiled on first use)
     placement: dict[str, str] = field(default_factory=dict)  # e.g. {"llm_1": "cuda:1"}
     task_options: dict = field(default_factory=dict)
     ppo: PPOConfig = field(default_factory=lambda: PPOConfig(batch_size=32, mini_batch_size=8))
@@ -98,6 +99,8 @@ class TrainConfig:
         if self.load_in_4bit and self.lora is None:
             raise ValueError("load_in_4bit=True needs LoRA (set lora)")
         check_mixed_precision(self.mixed_precision)
+        if not isinstance(self.torch_compile, bool):
+            raise ValueError(f"torch_compile must be True or False, got {self.torch_compile!r}")
         check_device("device", self.device)
         for agent, dev in self.placement.items():
             if agent not in ("llm_0", "llm_1", "critic"):
@@ -198,6 +201,7 @@ def build_policies(cfg: TrainConfig, agents: list[str], critic: bool = False) ->
                                                        mixed_precision=cfg.mixed_precision)
     for policy in policies.values():  # the token cap of training passes bounds prompt passes too
         policy.prefill_chunk_tokens = cfg.ppo.max_tokens_per_pass
+        policy.compile_training = cfg.torch_compile
     return policies
 
 

@@ -81,6 +81,8 @@ class BenchConfig:
     load_in_4bit: bool = field(default=False, metadata=_help("4-bit base model (needs LoRA)"))
     mixed_precision: str | None = field(default="auto", metadata=_help(
         "auto: bf16 autocast on CUDA only; bf16: also on the CPU; none: never"))
+    torch_compile: bool = field(default=False, metadata=_help(
+        "torch.compile the training passes (a one-time compile, then faster updates)"))
     task_options: dict[str, str] = field(default_factory=dict, metadata=_help(
         "task keywords k=v,..., given to the tasks that accept them"))
     eta_sweep: list[float] = field(default_factory=list, metadata=_help(
@@ -321,7 +323,7 @@ def train_config(cfg: BenchConfig, spec: RunSpec) -> TrainConfig:
                        max_new_tokens=cfg.max_new_tokens, seed=spec.seed, device=cfg.device,
                        t_rex=cfg.t_rex, eta=fixed_eta, lora=LoraSettings() if cfg.lora else None,
                        load_in_4bit=cfg.load_in_4bit, mixed_precision=cfg.mixed_precision,
-                       task_options=task_options(cfg, spec.task),
+                       torch_compile=cfg.torch_compile, task_options=task_options(cfg, spec.task),
                        ppo=ppo, sampling=SamplingConfig(
                            repetition_penalty=cfg.repetition_penalty))
 

@@ -41,6 +41,7 @@ BENCH_KIT = ROOT.parent / "shared" / "bench"
 IMDB_OBSERVER = 'I can make this sentence "{query}{response}" more positive: {query}'
 VOWELS = frozenset("aeiou")
 FAST = "fast (LoRA + bf16, sampler log-probs)"
+COMPILED = "fast + torch.compile"
 LEAN_TOKENS = 512  # --lean: PPOConfig.max_tokens_per_pass (the observer's 16 x 59 pass in two)
 LEAN = f"lean (LoRA, <= {LEAN_TOKENS} tokens a pass)"
 
@@ -98,7 +99,7 @@ def zero_reward(task: Task) -> Task:
 
 def train_config(model: str, method: str, resp: int, device: str = "cpu", lora: bool = False,
                  precision: str | None = "auto", max_tokens_per_pass: int | None = None,
-                 old_logprobs: str = "auto"):
+                 old_logprobs: str = "auto", torch_compile: bool = False):
     """The reference workload as a TrainConfig (4 epochs, mini-batch 16, full KL, rep. 1.1)."""
     from agents.policy import LoraSettings, SamplingConfig
     from agents.ppo import PPOConfig
@@ -110,7 +111,7 @@ def train_config(model: str, method: str, resp: int, device: str = "cpu", lora: 
     return TrainConfig(task="perf-ref", task_options={"model": model}, method=method,
                        model=model, batch_size=64, max_new_tokens=resp, device=device,
                        iterations=10**6, ppo=ppo, lora=LoraSettings() if lora else None,
-                       mixed_precision=precision,
+                       mixed_precision=precision, torch_compile=torch_compile,
                        sampling=SamplingConfig(repetition_penalty=1.1))
 
 
@@ -126,18 +127,21 @@ def time_iterations(cfg, iters: int, warmup: int) -> dict:
     from agents.train import Trainer
 
     trainer = Trainer(cfg, env_options={"context_len": context_len(cfg.max_new_tokens)})
-    times, rollout, update = [], [], []
+    times, rollout, update, warm = [], [], [], []
     for i in range(warmup + iters):
         t0 = time.perf_counter()
         m = trainer.step()
-        if i >= warmup:
+        if i < warmup:
+            warm.append(time.perf_counter() - t0)
+        else:
             times.append(time.perf_counter() - t0)
             rollout.append(m["time_rollout_s"])
             update.append(m["time_update_s"])
     dropped = int(trainer.env.episodes.dropped.max())
     return {"s_per_iter": round(statistics.median(times), 3), "all": [round(t, 2) for t in times],
             "rollout_s": round(statistics.median(rollout), 3),
-            "update_s": round(statistics.median(update), 3), "truncated_prompt_tokens": dropped}
+            "update_s": round(statistics.median(update), 3), "truncated_prompt_tokens": dropped,
+            "warmup_s": round(sum(warm), 1)}  # with torch.compile: the compiling included
 
 
 def peak_rss_mb() -> int:
@@ -163,7 +167,7 @@ def child_main(args) -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     cfg = train_config(args.model, args.child, args.resp, args.device, args.lora, args.precision,
-                       args.max_tokens_per_pass, args.old_logprobs)
+                       args.max_tokens_per_pass, args.old_logprobs, args.torch_compile)
     out = time_iterations(cfg, args.iters, args.warmup)
     out.update(method=args.child, resp=args.resp, lora=args.lora, threads=args.threads,
                precision=args.precision,
@@ -203,7 +207,8 @@ def run_json(cmd: list[str], what: str, timeout: float) -> dict | None:
 
 def run_ours(args, method: str, resp: int = 16, iters: int | None = None,
              lora: bool = False, precision: str | None = None,
-             max_tokens_per_pass: int | None = None, old_logprobs: str = "auto") -> dict | None:
+             max_tokens_per_pass: int | None = None, old_logprobs: str = "auto",
+             torch_compile: bool = False) -> dict | None:
     """Time one of our methods in a child process (precision None: the --precision option)."""
     precision = precision or args.precision
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", method, "--model",
@@ -212,19 +217,20 @@ def run_ours(args, method: str, resp: int = 16, iters: int | None = None,
            "--precision", precision]
     if max_tokens_per_pass:
         cmd += ["--max-tokens-per-pass", str(max_tokens_per_pass)]
-    cmd += ["--old-logprobs", old_logprobs]
+    cmd += ["--old-logprobs", old_logprobs] + (["--torch-compile"] if torch_compile else [])
     result = run_json(cmd + (["--lora"] if lora else []), f"ours {method} T={resp}",
                       args.timeout)
     if result:
         setting = [name for name, on in (("LoRA", lora), (precision, precision != "auto"),
                                          (f"<= {max_tokens_per_pass} tokens a pass",
                                           max_tokens_per_pass),
-                                         (f"{old_logprobs} log-probs", old_logprobs != "auto"))
+                                         (f"{old_logprobs} log-probs", old_logprobs != "auto"),
+                                         ("torch.compile", torch_compile))
                    if on]
         label = f" ({', '.join(setting)})" if setting else ""
         print(f"  ours {method}{label} T={resp}: {result['s_per_iter']} "
               f"s/iter (rollout {result['rollout_s']}, update {result['update_s']}), "
-              f"peak RSS {result['peak_rss_mb']} MB", flush=True)
+              f"peak RSS {result['peak_rss_mb']} MB, warm-up {result['warmup_s']} s", flush=True)
     return result
 
 
@@ -540,6 +546,8 @@ def main(argv=None) -> None:
     cory_lora = run_ours(args, "cory", lora=True) if args.lora else None
     fast = {m: run_ours(args, m, lora=True, precision="bf16", old_logprobs="sampler")
             if args.fast else None for m in ("ppo", "cory")}
+    compiled = {m: run_ours(args, m, lora=True, precision="bf16", old_logprobs="sampler",
+                            torch_compile=True) if args.compiled else None for m in ("ppo", "cory")}
     lean = run_ours(args, "cory", lora=True, max_tokens_per_pass=LEAN_TOKENS) \
         if args.lean else None
     t64 = None if args.skip_length else run_ours(args, "cory", 64, args.length_iters)
@@ -576,6 +584,12 @@ def main(argv=None) -> None:
         "cory_fast_over_trl_cory": ratio(figure(fast["cory"]), figure(trl_cory)),
         "cory_fast_rss_over_trl_cory": ratio(figure(fast["cory"], "peak_rss_mb"),
                                              figure(trl_cory, "peak_rss_mb")),
+        "ppo_compiled_s_per_iter": figure(compiled["ppo"]),
+        "cory_compiled_s_per_iter": figure(compiled["cory"]),
+        "cory_compiled_warmup_s": figure(compiled["cory"], "warmup_s"),
+        "cory_compiled_peak_rss_mb": figure(compiled["cory"], "peak_rss_mb"),
+        "ppo_compiled_over_trl_ppo": ratio(figure(compiled["ppo"]), figure(trl_ppo)),
+        "cory_compiled_over_trl_cory": ratio(figure(compiled["cory"]), figure(trl_cory)),
         "cory_lean_s_per_iter": figure(lean), "cory_lean_peak_rss_mb": figure(lean, "peak_rss_mb"),
         "cory_lean_over_trl_cory": ratio(figure(lean), figure(trl_cory)),
         "cory_lean_rss_over_trl_cory": ratio(figure(lean, "peak_rss_mb"),
@@ -596,6 +610,9 @@ def main(argv=None) -> None:
            (f"{FAST}: CORY / recipe", summary["cory_fast_over_trl_cory"], ""),
            (f"{FAST}: CORY RSS / recipe RSS", summary["cory_fast_rss_over_trl_cory"], "")]
           if args.fast else []),
+        *([(f"{COMPILED}: PPO / TRL PPO", summary["ppo_compiled_over_trl_ppo"], ""),
+           (f"{COMPILED}: CORY / recipe", summary["cory_compiled_over_trl_cory"], "")]
+          if args.compiled else []),
         *([(f"{LEAN}: CORY / recipe", summary["cory_lean_over_trl_cory"], ""),
            (f"{LEAN}: CORY RSS / recipe RSS", summary["cory_lean_rss_over_trl_cory"], "")]
           if args.lean else []),
@@ -624,6 +641,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--fast", action="store_true",
                    help="also time PPO and CORY with LoRA on one shared base + bf16 autocast, "
                         "old log-probs from the sampler (no recomputing pass)")
+    p.add_argument("--compiled", action="store_true",
+                   help="also time PPO and CORY in the --fast configuration with torch.compile'd "
+                        "training passes (TrainConfig.torch_compile; compiled in the warm-up)")
     p.add_argument("--lean", action="store_true",
                    help=f"also time CORY with LoRA and at most {LEAN_TOKENS} tokens a training "
                         "pass (PPOConfig.max_tokens_per_pass)")
@@ -639,6 +659,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help=argparse.SUPPRESS)  # a child's PPOConfig.max_tokens_per_pass
     p.add_argument("--old-logprobs", default="auto",
                    help=argparse.SUPPRESS)  # a child's PPOConfig.old_logprobs
+    p.add_argument("--torch-compile", action="store_true",
+                   help=argparse.SUPPRESS)  # a child's TrainConfig.torch_compile
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--resp", type=int, default=16, help=argparse.SUPPRESS)
     args = p.parse_args(argv)

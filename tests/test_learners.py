@@ -151,3 +151,12 @@ def test_resume_from_checkpoint_equals_uninterrupted_run(toy_lm, tmp_path, metho
     resumed.load(str(tmp_path / "ckpt.pt"))
     tail = [numbers(m) for m in resumed.run()]
     assert head + tail == full
+
+
+def test_torch_compile_reaches_every_policy_and_training_still_learns(toy_lm):
+    """TrainConfig.torch_compile: each policy compiles its training passes; PPO still learns."""
+    trainer = Trainer(config(toy_lm, "ppo", iterations=6, seed=1, torch_compile=True))
+    assert all(p.compile_training for p in trainer.learner.policies.values())
+    curve = [m["llm_0"]["task_reward"] for m in trainer.run()]
+    assert trainer.learner.policies["llm_0"]._compiled_bodies
+    assert sum(curve[-2:]) / 2 > sum(curve[:2]) / 2 + 0.3, curve

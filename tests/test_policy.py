@@ -344,6 +344,67 @@ def test_bf16_training_passes_on_the_cpu_use_eager_attention(model_dirs, arch, l
         policy.mixed_precision = "fp16"
 
 
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_bf16_cpu_rollouts_keep_a_float32_kv_cache(model_dirs, arch):
+    """Under CPU bf16 autocast the KV cache stores float32 (the CPU SDPA kernel is ~4x slower
+    on a one-token bf16 query) and the query is cast up: decoding agrees with a cache in the
+    model's dtype, and with float32, to bf16 rounding."""
+    policy = LLMPolicy.from_pretrained(model_dirs[arch], reference=None, mixed_precision="bf16")
+    hf = policy.hf_model
+    ids, mask = prompts(B=5, P=7)
+    forced = torch.randint(3, V, (5, 6), generator=torch.Generator().manual_seed(1))
+
+    def decode():  # next-token logits along a fixed continuation; row 1 stops after 2 tokens
+        state, logits = policy.begin(ids, mask, max_new_tokens=6), []
+        for t in range(6):
+            logits.append(state.logits)
+            policy.feed(state, forced[:, t], torch.arange(5) != 1 if t >= 2 else None)
+        return torch.stack(logits, 1), state.cache
+
+    assert policy._kv_cache_dtype() == torch.float32
+    fast, cache = decode()
+    assert cache.kv_dtype == torch.float32
+    assert all(layer.keys.dtype == layer.values.dtype == torch.float32 for layer in cache.layers)
+    assert hf.config._attn_implementation == "sdpa"  # the swap lasts one pass
+    policy._kv_cache_dtype = lambda: None  # the cache in the model's dtype, as before
+    plain, cache = decode()
+    assert cache.kv_dtype is None and cache.layers[0].values.dtype == torch.bfloat16
+    del policy._kv_cache_dtype
+    policy.mixed_precision = None
+    assert policy._kv_cache_dtype() is None
+    exact, _ = decode()  # float32 throughout
+    scale = exact.abs().max()
+    assert (fast - plain).abs().max() < 0.03 * scale  # bf16 rounding only
+    assert (fast - exact).abs().max() < 0.03 * scale
+
+
+def test_compiled_training_passes_match_eager_ones(model_dirs):
+    """compile_training: passes with grad run a torch.compile'd backbone, with the same
+    log-probs, values and gradients as eager; passes without grad stay eager."""
+    policy = LLMPolicy.from_pretrained(model_dirs["gpt2"], lora=LoraSettings(r=4),
+                                       reference=None)
+    ids, mask = prompts(B=6, P=9)
+
+    def pass_with_grad(width):
+        for p in policy.trainable_parameters():
+            p.grad = None
+        out = policy.evaluate(ids[:, -width:], mask[:, -width:], 3, sampling=PENALTY)
+        (out.logprobs.sum() + out.values.sum() + out.entropy.sum()).backward()
+        return [out.logprobs, out.values, out.entropy] + \
+            [p.grad.clone() for p in policy.trainable_parameters()]
+
+    eager = [pass_with_grad(w) for w in (9, 7)]
+    policy.compile_training = True
+    with torch.no_grad():
+        policy.evaluate(ids, mask, 3)
+    assert not policy.__dict__.get("_compiled_bodies")  # no-grad passes stay eager
+    compiled = [pass_with_grad(w) for w in (9, 7)]  # two widths: one dynamic-shape graph
+    assert len(policy._compiled_bodies) == 1
+    for a, b in zip(eager, compiled):
+        for x, y in zip(a, b):
+            torch.testing.assert_close(y, x, atol=1e-5, rtol=1e-4)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available()
                     or importlib.util.find_spec("bitsandbytes") is None,
                     reason="needs a CUDA GPU and bitsandbytes")
