@@ -501,6 +501,40 @@ def ensure_model(path: str, trl_python: str | None) -> None:
                    capture_output=True)
 
 
+def one_round(args) -> dict[str, dict | None]:
+    """Every child once, each of ours next to the TRL child it is compared with."""
+    trl = (lambda mode: run_trl(args, mode)) if args.trl_python else (lambda mode: None)
+    fast = {"lora": True, "precision": "bf16", "old_logprobs": "sampler"}
+    runs = {"ppo": run_ours(args, "ppo"), "trl_ppo": trl("ppo"),
+            "cory": run_ours(args, "cory"), "trl_cory": trl("cory")}
+    runs["cory_lora"] = run_ours(args, "cory", lora=True) if args.lora else None
+    for m in ("ppo", "cory"):
+        runs[f"{m}_fast"] = run_ours(args, m, **fast) if args.fast else None
+        runs[f"{m}_compiled"] = run_ours(args, m, **fast, torch_compile=True) \
+            if args.compiled else None
+    runs["lean"] = run_ours(args, "cory", lora=True, max_tokens_per_pass=LEAN_TOKENS) \
+        if args.lean else None
+    return runs
+
+
+def combine(results: list[dict | None]) -> dict | None:
+    """One child's figures over the rounds: the medians, and the largest peak RSS."""
+    done = [r for r in results if r]
+    if not done:
+        return None
+    out = dict(done[-1])
+    for key in ("s_per_iter", "rollout_s", "update_s", "warmup_s"):
+        out[key] = round(statistics.median(r[key] for r in done), 3)
+    out["peak_rss_mb"] = max(r["peak_rss_mb"] for r in done)
+    return out
+
+
+def round_ratio(rounds: list[dict], a: str, b: str, key: str = "s_per_iter"):
+    """Median over rounds of child a's figure / child b's, each ratio taken within one round."""
+    values = [v for r in rounds if (v := ratio(figure(r[a], key), figure(r[b], key)))]
+    return round(statistics.median(values), 3) if values else None
+
+
 def ratio(a, b):
     """a / b rounded, or None when either is missing."""
     return round(a / b, 3) if a is not None and b else None
@@ -540,16 +574,20 @@ def main(argv=None) -> None:
 
     print("iterations (each in its own process; ours next to TRL's, so both see the same load):",
           flush=True)
-    trl = (lambda mode: run_trl(args, mode)) if args.trl_python else (lambda mode: None)
-    ppo, trl_ppo = run_ours(args, "ppo"), trl("ppo")
-    cory, trl_cory = run_ours(args, "cory"), trl("cory")
-    cory_lora = run_ours(args, "cory", lora=True) if args.lora else None
-    fast = {m: run_ours(args, m, lora=True, precision="bf16", old_logprobs="sampler")
-            if args.fast else None for m in ("ppo", "cory")}
-    compiled = {m: run_ours(args, m, lora=True, precision="bf16", old_logprobs="sampler",
-                            torch_compile=True) if args.compiled else None for m in ("ppo", "cory")}
-    lean = run_ours(args, "cory", lora=True, max_tokens_per_pass=LEAN_TOKENS) \
-        if args.lean else None
+    rounds = []
+    for i in range(args.rounds):
+        if args.rounds > 1:
+            print(f"round {i + 1} of {args.rounds}:", flush=True)
+        rounds.append(one_round(args))
+    runs = {name: combine([r[name] for r in rounds]) for name in rounds[0]}
+    ppo, trl_ppo, cory, trl_cory = (runs[k] for k in ("ppo", "trl_ppo", "cory", "trl_cory"))
+    cory_lora, lean = runs["cory_lora"], runs["lean"]
+    fast = {m: runs[f"{m}_fast"] for m in ("ppo", "cory")}
+    compiled = {m: runs[f"{m}_compiled"] for m in ("ppo", "cory")}
+
+    def by_round(a: str, b: str, key: str = "s_per_iter"):
+        return round_ratio(rounds, a, b, key)
+
     t64 = None if args.skip_length else run_ours(args, "cory", 64, args.length_iters)
 
     # In this process, after the children: what it loads would otherwise add to their RSS.
@@ -569,10 +607,9 @@ def main(argv=None) -> None:
         "trl_ppo_s_per_iter": figure(trl_ppo), "trl_cory_s_per_iter": figure(trl_cory),
         "env_overhead_frac": overhead["frac_of_step"],
         "t64_over_t16": ratio(figure(t64), figure(cory)),
-        "ppo_over_trl_ppo": ratio(figure(ppo), figure(trl_ppo)),
-        "cory_over_trl_cory": ratio(figure(cory), figure(trl_cory)),
-        "cory_rss_over_trl_cory": ratio(figure(cory, "peak_rss_mb"),
-                                        figure(trl_cory, "peak_rss_mb")),
+        "ppo_over_trl_ppo": by_round("ppo", "trl_ppo"),
+        "cory_over_trl_cory": by_round("cory", "trl_cory"),
+        "cory_rss_over_trl_cory": by_round("cory", "trl_cory", "peak_rss_mb"),
         "ppo_peak_rss_mb": figure(ppo, "peak_rss_mb"),
         "trl_ppo_peak_rss_mb": figure(trl_ppo, "peak_rss_mb"),
         "trl_cory_peak_rss_mb": figure(trl_cory, "peak_rss_mb"),
@@ -580,22 +617,23 @@ def main(argv=None) -> None:
         "cory_lora_peak_rss_mb": figure(cory_lora, "peak_rss_mb"),
         "ppo_fast_s_per_iter": figure(fast["ppo"]), "cory_fast_s_per_iter": figure(fast["cory"]),
         "cory_fast_peak_rss_mb": figure(fast["cory"], "peak_rss_mb"),
-        "ppo_fast_over_trl_ppo": ratio(figure(fast["ppo"]), figure(trl_ppo)),
-        "cory_fast_over_trl_cory": ratio(figure(fast["cory"]), figure(trl_cory)),
-        "cory_fast_rss_over_trl_cory": ratio(figure(fast["cory"], "peak_rss_mb"),
-                                             figure(trl_cory, "peak_rss_mb")),
+        "ppo_fast_over_trl_ppo": by_round("ppo_fast", "trl_ppo"),
+        "cory_fast_over_trl_cory": by_round("cory_fast", "trl_cory"),
+        "cory_fast_rss_over_trl_cory": by_round("cory_fast", "trl_cory", "peak_rss_mb"),
         "ppo_compiled_s_per_iter": figure(compiled["ppo"]),
         "cory_compiled_s_per_iter": figure(compiled["cory"]),
         "cory_compiled_warmup_s": figure(compiled["cory"], "warmup_s"),
         "cory_compiled_peak_rss_mb": figure(compiled["cory"], "peak_rss_mb"),
-        "ppo_compiled_over_trl_ppo": ratio(figure(compiled["ppo"]), figure(trl_ppo)),
-        "cory_compiled_over_trl_cory": ratio(figure(compiled["cory"]), figure(trl_cory)),
+        "ppo_compiled_over_trl_ppo": by_round("ppo_compiled", "trl_ppo"),
+        "cory_compiled_over_trl_cory": by_round("cory_compiled", "trl_cory"),
         "cory_lean_s_per_iter": figure(lean), "cory_lean_peak_rss_mb": figure(lean, "peak_rss_mb"),
-        "cory_lean_over_trl_cory": ratio(figure(lean), figure(trl_cory)),
-        "cory_lean_rss_over_trl_cory": ratio(figure(lean, "peak_rss_mb"),
-                                             figure(trl_cory, "peak_rss_mb")),
+        "cory_lean_over_trl_cory": by_round("lean", "trl_cory"),
+        "cory_lean_rss_over_trl_cory": by_round("lean", "trl_cory", "peak_rss_mb"),
         "aec_steps_per_s": aec, "env_overhead_frac_of_forward": overhead["frac_of_forward"],
-        "threads": args.threads, "gpu": gpu,
+        "threads": args.threads, "gpu": gpu, "rounds": args.rounds,
+        "cory_over_trl_cory_by_round": {
+            name: [ratio(figure(r[name]), figure(r["trl_cory"])) for r in rounds]
+            for name in ("cory", "cory_fast", "cory_compiled", "lean") if runs[name]},
     }
     print_table([
         ("PPO s/iter", figure(ppo), figure(trl_ppo)),
@@ -627,6 +665,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--model", default=str(ROOT / "runs" / "perf-ref-model"),
                    help="reference model folder (written by make_ref_model.py if missing)")
     p.add_argument("--iters", type=int, default=6, help="timed iterations (median reported)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run every child (ours and TRL's) this many times, interleaved; ratios "
+                        "are medians of the ratios within a round (this machine drifts)")
     p.add_argument("--warmup", type=int, default=1, help="untimed iterations first")
     p.add_argument("--length-iters", type=int, default=3, help="timed iterations at T=64")
     p.add_argument("--skip-length", action="store_true", help="skip the T=64 run")
@@ -664,6 +705,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--resp", type=int, default=16, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.rounds < 1:
+        p.error(f"--rounds must be a positive integer, got {args.rounds}")
     if args.quick:
         args.iters, args.length_iters, args.env_steps, args.env_rounds = 2, 1, 5000, 1
     return args
