@@ -258,18 +258,22 @@ def _sync_statistics(agent, comm: _Collectives) -> None:
         agent.score_stats = SyncedMoments(agent.score_stats, comm)
 
 
-def _check_fixed_passes(learner) -> None:
-    """Refuse a token cap on passes: ranks would run different numbers of backward passes."""
+def _check_single_process_options(learner) -> None:
+    """Refuse a token cap on passes (ranks would run different numbers of backward passes) and
+    compiled training passes (not tested under DDP/FSDP hooks)."""
     for name, agent in learner.agents.items():
         if agent.cfg.max_tokens_per_pass is not None:
             raise ValueError(f"agent {name!r}: ppo.max_tokens_per_pass="
                              f"{agent.cfg.max_tokens_per_pass} is single-process only; use "
                              "mini_batch_size and grad_accum_steps across processes")
+        if getattr(agent.policy, "compile_training", False):
+            raise ValueError(f"agent {name!r}: torch_compile=True is single-process only "
+                             "(untested with DDP/FSDP); leave it False across processes")
 
 
 def distribute_learner(learner, accelerator) -> None:
     """Make a built learner multi-process: DDP per agent (and critic) plus synced statistics."""
-    _check_fixed_passes(learner)
+    _check_single_process_options(learner)
     comm = _Collectives(accelerator)
     for agent in learner.agents.values():
         if not isinstance(agent.policy, SyncedPolicy):
@@ -291,7 +295,7 @@ def shard_learner(learner, comm: _Collectives) -> None:
     from .learner import adam
 
     check_shardable(learner.policies)
-    _check_fixed_passes(learner)
+    _check_single_process_options(learner)
     for agent in learner.agents.values():
         policy = agent.policy
         agent.policy = SyncedPolicy(policy, shard(_Call(policy), policy))

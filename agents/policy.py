@@ -35,7 +35,10 @@ Speed: every pass first drops the leading columns that are padding in every row 
 positions come from the mask), GPT-2's Python tanh-GELU is swapped for the fused kernel, and on
 a CUDA GPU all passes run under bf16 autocast (`mixed_precision="auto"`; the value head stays
 float32). On a CPU, `mixed_precision="bf16"` opts in to bf16 autocast; its passes with grad then
-use eager attention, since the CPU SDPA kernel's bf16 backward is slow.
+use eager attention, since the CPU SDPA kernel's bf16 backward is slow, and its rollouts keep the
+KV cache in float32, since that kernel is also slow on a one-token bf16 query.
+`compile_training=True` (`TrainConfig.torch_compile`) runs the backbone of every pass with grad
+through `torch.compile` (dynamic shapes, compiled on first use).
 
 Repetition penalty follows the usual rule (seen logit < 0: times penalty, else divided by it), but
 "seen" means attended context tokens only (prompt tokens with mask 1 and earlier response tokens),

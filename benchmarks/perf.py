@@ -523,9 +523,11 @@ def combine(results: list[dict | None]) -> dict | None:
     if not done:
         return None
     out = dict(done[-1])
-    for key in ("s_per_iter", "rollout_s", "update_s", "warmup_s"):
-        out[key] = round(statistics.median(r[key] for r in done), 3)
-    out["peak_rss_mb"] = max(r["peak_rss_mb"] for r in done)
+    for key in ("s_per_iter", "rollout_s", "update_s", "warmup_s"):  # TRL's have the first only
+        if all(key in r for r in done):
+            out[key] = round(statistics.median(r[key] for r in done), 3)
+    if all("peak_rss_mb" in r for r in done):
+        out["peak_rss_mb"] = max(r["peak_rss_mb"] for r in done)
     return out
 
 

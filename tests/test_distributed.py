@@ -289,16 +289,21 @@ def test_fsdp_refuses_what_it_cannot_shard():
                          "llm_1": SimpleNamespace(model=object(), is_quantized=True)})
 
 
-def test_a_token_cap_on_passes_is_refused_across_processes():
+def test_a_token_cap_or_compiled_passes_are_refused_across_processes():
     from types import SimpleNamespace
 
     from agents.distributed import distribute_learner
     from agents.ppo import PPOConfig
 
     capped = SimpleNamespace(cfg=PPOConfig(batch_size=8, mini_batch_size=8,
-                                           max_tokens_per_pass=256))
+                                           max_tokens_per_pass=256), policy=None)
     learner = SimpleNamespace(agents={"llm_1": capped})
     with pytest.raises(ValueError, match="'llm_1': ppo.max_tokens_per_pass=256 is single-proc"):
+        distribute_learner(learner, accelerator=None)
+    compiled = SimpleNamespace(cfg=PPOConfig(batch_size=8, mini_batch_size=8),
+                               policy=SimpleNamespace(compile_training=True))
+    learner = SimpleNamespace(agents={"llm_0": compiled})
+    with pytest.raises(ValueError, match="'llm_0': torch_compile=True is single-process only"):
         distribute_learner(learner, accelerator=None)
 
 
