@@ -18,6 +18,7 @@ The last line printed is one JSON object with the headline figures.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -502,7 +503,7 @@ def ensure_model(path: str, trl_python: str | None) -> None:
 
 
 def one_round(args) -> dict[str, dict | None]:
-    """Every child once, each of ours next to the TRL child it is compared with."""
+    """Every child once: our PPO then TRL's, our CORY then the recipe, then our other rows."""
     trl = (lambda mode: run_trl(args, mode)) if args.trl_python else (lambda mode: None)
     fast = {"lora": True, "precision": "bf16", "old_logprobs": "sampler"}
     runs = {"ppo": run_ours(args, "ppo"), "trl_ppo": trl("ppo"),
@@ -586,9 +587,7 @@ def main(argv=None) -> None:
     cory_lora, lean = runs["cory_lora"], runs["lean"]
     fast = {m: runs[f"{m}_fast"] for m in ("ppo", "cory")}
     compiled = {m: runs[f"{m}_compiled"] for m in ("ppo", "cory")}
-
-    def by_round(a: str, b: str, key: str = "s_per_iter"):
-        return round_ratio(rounds, a, b, key)
+    by_round = functools.partial(round_ratio, rounds)
 
     t64 = None if args.skip_length else run_ours(args, "cory", 64, args.length_iters)
 
