@@ -2,6 +2,7 @@
 
 import importlib.util
 import os
+import shutil
 
 import pytest
 import torch
@@ -378,6 +379,8 @@ def test_bf16_cpu_rollouts_keep_a_float32_kv_cache(model_dirs, arch):
     assert (fast - exact).abs().max() < 0.03 * scale
 
 
+@pytest.mark.skipif(not (shutil.which("g++") or shutil.which("c++")),
+                    reason="torch.compile's CPU backend needs a C++ compiler")
 def test_compiled_training_passes_match_eager_ones(model_dirs):
     """compile_training: passes with grad run a torch.compile'd backbone, with the same
     log-probs, values and gradients as eager; passes without grad stay eager."""
