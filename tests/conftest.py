@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 import torch
@@ -11,6 +13,9 @@ from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 from cory_env import Query, Task
 
 torch.set_num_threads(1)  # tiny models: one thread is fastest and robust to a busy machine
+
+needs_cxx = pytest.mark.skipif(not (shutil.which("g++") or shutil.which("c++")),
+                               reason="torch.compile's CPU backend needs a C++ compiler")
 
 WORDS = ["<eos>", "the", "movie", "was", "good", "bad", "great", "awful", "plot", "acting",
          "is", "very", "not", "I", "liked", "it", "more", "positive", ":", '"', "can", "make",

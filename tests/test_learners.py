@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 import torch
-from conftest import ToyTask
+from conftest import ToyTask, needs_cxx
 
 import cory_env
 from agents.learner import pioneer_is_swapped
@@ -155,8 +153,7 @@ def test_resume_from_checkpoint_equals_uninterrupted_run(toy_lm, tmp_path, metho
     assert head + tail == full
 
 
-@pytest.mark.skipif(not (shutil.which("g++") or shutil.which("c++")),
-                    reason="torch.compile's CPU backend needs a C++ compiler")
+@needs_cxx
 def test_torch_compile_reaches_every_policy_and_training_still_learns(toy_lm):
     """TrainConfig.torch_compile: each policy compiles its training passes; PPO still learns."""
     trainer = Trainer(config(toy_lm, "ppo", iterations=6, seed=1, torch_compile=True))

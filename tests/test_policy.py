@@ -2,10 +2,10 @@
 
 import importlib.util
 import os
-import shutil
 
 import pytest
 import torch
+from conftest import needs_cxx
 from transformers import (
     AutoModelForCausalLM,
     GPT2Config,
@@ -379,8 +379,7 @@ def test_bf16_cpu_rollouts_keep_a_float32_kv_cache(model_dirs, arch):
     assert (fast - exact).abs().max() < 0.03 * scale
 
 
-@pytest.mark.skipif(not (shutil.which("g++") or shutil.which("c++")),
-                    reason="torch.compile's CPU backend needs a C++ compiler")
+@needs_cxx
 def test_compiled_training_passes_match_eager_ones(model_dirs):
     """compile_training: passes with grad run a torch.compile'd backbone, with the same
     log-probs, values and gradients as eager; passes without grad stay eager."""
@@ -401,7 +400,7 @@ def test_compiled_training_passes_match_eager_ones(model_dirs):
     with torch.no_grad():
         policy.evaluate(ids, mask, 3)
     assert not policy.__dict__.get("_compiled_bodies")  # no-grad passes stay eager
-    compiled = [pass_with_grad(w) for w in (9, 7)]  # two widths: one dynamic-shape graph
+    compiled = [pass_with_grad(w) for w in (9, 7)]  # two widths, one dynamic-shape wrapper
     assert len(policy._compiled_bodies) == 1
     for a, b in zip(eager, compiled):
         for x, y in zip(a, b):
