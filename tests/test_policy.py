@@ -338,11 +338,79 @@ def test_bf16_training_passes_on_the_cpu_use_eager_attention(model_dirs, arch, l
     (eager.logprobs[real].sum() + eager.values.sum()).backward()  # the eager pass trains
     assert all(p.grad is not None and torch.isfinite(p.grad).all()
                for p in policy.trainable_parameters())
-    policy.mixed_precision = None
-    policy.evaluate(ids, mask, T)
-    assert seen[-1] == "sdpa" and not policy.needs_recompute
+    if lora:  # its frozen base now holds bf16 weights: no way back to float32 passes
+        with pytest.raises(ValueError, match="mixed_precision=None: .* stored in bf16"):
+            policy.mixed_precision = None
+    else:
+        policy.mixed_precision = None
+        policy.evaluate(ids, mask, T)
+        assert seen[-1] == "sdpa" and not policy.needs_recompute
     with pytest.raises(ValueError, match="got 'fp16'"):
         policy.mixed_precision = "fp16"
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_bf16_autocast_stores_the_frozen_weights_in_bf16(model_dirs, arch, monkeypatch):
+    """Under bf16 autocast a LoRA base's frozen matmul weights are kept in bf16 (autocast would
+    round them on every pass anyway): rollouts, passes with grad and the reference give the
+    same numbers, bit for bit, as with float32 storage; everything trainable stays float32."""
+    import agents.policy as policy_module
+
+    def load(store: bool):
+        if not store:
+            monkeypatch.setattr(policy_module, "_store_in_bf16", lambda modules: None)
+        torch.manual_seed(0)
+        pol = LLMPolicy.from_pretrained(model_dirs[arch], lora=LoraSettings(r=4),
+                                        mixed_precision="bf16")
+        monkeypatch.undo()
+        return pol
+
+    plain, lean = load(False), load(True)
+    hf = lean.hf_model
+    frozen = lean._frozen_matmuls()
+    assert frozen and all(m.weight.dtype == torch.bfloat16 for m in frozen)
+    assert all(p.dtype == torch.float32 for p in lean.trainable_parameters())
+    assert hf.get_input_embeddings().weight.dtype == torch.float32
+    assert all(p.dtype == torch.float32 for n, p in hf.named_parameters() if "norm" in n
+               or ".ln_" in n)
+    assert all(m.weight.dtype == torch.float32 for m in plain._frozen_matmuls())
+    ids, mask = prompts(B=5, P=7)
+    forced = torch.randint(3, V, (5, 4), generator=torch.Generator().manual_seed(1))
+    outputs = []
+    for pol in (plain, lean):
+        state, logits = pol.begin(ids, mask, max_new_tokens=4), []
+        for t in range(4):
+            logits.append(state.logits)
+            pol.feed(state, forced[:, t])
+        full = torch.cat([ids, forced], 1)
+        full_mask = torch.cat([mask, torch.ones_like(forced)], 1)
+        ev = pol.evaluate(full, full_mask, 4)
+        (ev.logprobs.sum() + ev.values.sum()).backward()
+        grads = [p.grad for p in pol.trainable_parameters()]
+        outputs.append([*logits, ev.logprobs, ev.values, ev.entropy, *grads,
+                        pol.reference_logsoftmax(full, full_mask, 4)])
+    for a, b in zip(*outputs):
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="mixed_precision=None"):
+        lean.mixed_precision = None
+    lean.mixed_precision = "auto"  # stays bf16 on any device: its weights need it
+    assert lean.amp_dtype == torch.bfloat16
+
+
+def test_bf16_autocast_stores_a_reference_copy_in_bf16(model_dirs, monkeypatch):
+    """Full fine-tuning keeps the policy in float32 and its frozen reference copy in bf16."""
+    import agents.policy as policy_module
+
+    torch.manual_seed(0)
+    lean = LLMPolicy.from_pretrained(model_dirs["gpt2"], mixed_precision="bf16")
+    monkeypatch.setattr(policy_module, "_store_in_bf16", lambda modules: None)
+    plain = LLMPolicy.from_pretrained(model_dirs["gpt2"], mixed_precision="bf16")
+    assert {p.dtype for p in lean.model.parameters()} == {torch.float32}
+    assert {m.weight.dtype for m in lean._frozen_matmuls()} == {torch.bfloat16}
+    assert all(m.weight.dtype == torch.float32 for m in plain._frozen_matmuls())
+    ids, mask = prompts(B=5, P=9)
+    assert torch.equal(lean.reference_logsoftmax(ids, mask, 3),
+                       plain.reference_logsoftmax(ids, mask, 3))
 
 
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])
