@@ -614,6 +614,9 @@ class LLMPolicy(nn.Module):
         body = hf.base_model
         if self.compile_training and torch.is_grad_enabled():
             body = self._compiled(body)
+            # Fresh tensors: dynamo guards on whether an input is a view (a trimmed batch is)
+            # and on its base's strides, and would compile another graph for each kind.
+            ids, mask, position_ids = ids.clone(), mask.clone(), position_ids.clone()
         with self.autocast(), self._attention(hf, ids.device, cache):
             out = body(input_ids=ids, attention_mask=mask, position_ids=position_ids,
                        use_cache=use_cache, **kw)
