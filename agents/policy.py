@@ -36,7 +36,9 @@ positions come from the mask), GPT-2's Python tanh-GELU is swapped for the fused
 a CUDA GPU all passes run under bf16 autocast (`mixed_precision="auto"`; the value head stays
 float32). On a CPU, `mixed_precision="bf16"` opts in to bf16 autocast; its passes with grad then
 use eager attention, since the CPU SDPA kernel's bf16 backward is slow, and its rollouts keep the
-KV cache in float32, since that kernel is also slow on a one-token bf16 query.
+KV cache in float32, since that kernel is also slow on a one-token bf16 query. Under bf16
+autocast the frozen matmul weights (a LoRA base, a reference copy) are stored in bf16: autocast
+rounds them to bf16 on every pass anyway, so the numbers are the same without the per-pass cast.
 `compile_training=True` (`TrainConfig.torch_compile`) runs the backbone of every pass with grad
 through `torch.compile` (dynamic shapes, compiled on first use).
 
