@@ -115,7 +115,8 @@ def run_rank(model, out, method, iterations, poison_iteration) -> None:
 
 
 def fsdp_rank(model, out) -> None:
-    """CORY under DDP, then under FSDP (uninterrupted, and saved + resumed), then MAPPO."""
+    """CORY under DDP, then under FSDP (uninterrupted, and saved + resumed), then MAPPO, then
+    CORY under bf16 autocast with DDP and with FSDP."""
     from torch.distributed.tensor import DTensor
 
     from agents.distributed import DistributedTrainer, make_accelerator
@@ -145,6 +146,12 @@ def fsdp_rank(model, out) -> None:
     tail.save(os.path.join(out, "fsdp-resumed.pt"))
     critic = trainer("fsdp", "mappo", iterations=2)
     record["metrics"]["mappo"] = [numbers(m) for m in critic.run()]
+    for sharding in ("ddp", "fsdp"):  # bf16 autocast: the reference copy is stored in bf16
+        cfg = config(model, "cory", t_rex=1, iterations=2, mixed_precision="bf16")
+        t = DistributedTrainer(cfg, acc, sharding=sharding)
+        record["metrics"][f"{sharding}_bf16"] = [numbers(m) for m in t.run()]
+        frozen = t.learner.policies["llm_0"]._frozen_matmuls()
+        record[f"{sharding}_bf16_frozen"] = sorted({str(m.weight.dtype) for m in frozen})
     with open(os.path.join(out, f"fsdp{critic.rank}.json"), "w") as f:
         json.dump(record, f)
 
@@ -247,6 +254,14 @@ def test_fsdp_matches_ddp_shards_the_weights_and_resumes_exactly(toy_lm, tmp_pat
         assert torch.equal(resumed[k], f[k]), k
     # MAPPO's sharded critic trains too
     assert all(m["llm_0"]["optimizer_steps"] > 0 for m in r0["metrics"]["mappo"])
+    # under bf16 autocast the (sharded) reference copy is stored in bf16, and FSDP still
+    # learns what DDP does
+    assert r0["ddp_bf16_frozen"] == r0["fsdp_bf16_frozen"] == ["torch.bfloat16"]
+    for a, b in zip(r0["metrics"]["ddp_bf16"], r0["metrics"]["fsdp_bf16"]):
+        for agent in ("llm_0", "llm_1"):
+            assert b[agent]["task_reward"] == pytest.approx(a[agent]["task_reward"], abs=1e-6)
+            assert b[agent]["kl"] == pytest.approx(a[agent]["kl"], rel=1e-2, abs=1e-4)
+            assert b[agent]["optimizer_steps"] > 0
 
 
 def test_fsdp_checkpoint_loads_into_a_plain_trainer(toy_lm, tmp_path):
