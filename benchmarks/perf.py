@@ -532,9 +532,14 @@ def combine(results: list[dict | None]) -> dict | None:
     return out
 
 
+def within_rounds(rounds: list[dict], a: str, b: str, key: str = "s_per_iter") -> list:
+    """Child a's figure / child b's in each round (None where either child failed)."""
+    return [ratio(figure(r[a], key), figure(r[b], key)) for r in rounds]
+
+
 def round_ratio(rounds: list[dict], a: str, b: str, key: str = "s_per_iter"):
     """Median over rounds of child a's figure / child b's, each ratio taken within one round."""
-    values = [v for r in rounds if (v := ratio(figure(r[a], key), figure(r[b], key)))]
+    values = [v for v in within_rounds(rounds, a, b, key) if v]
     return round(statistics.median(values), 3) if values else None
 
 
@@ -633,7 +638,7 @@ def main(argv=None) -> None:
         "aec_steps_per_s": aec, "env_overhead_frac_of_forward": overhead["frac_of_forward"],
         "threads": args.threads, "gpu": gpu, "rounds": args.rounds,
         "cory_over_trl_cory_by_round": {
-            name: [ratio(figure(r[name]), figure(r["trl_cory"])) for r in rounds]
+            name: within_rounds(rounds, name, "trl_cory")
             for name in ("cory", "cory_fast", "cory_compiled", "lean") if runs[name]},
     }
     print_table([
