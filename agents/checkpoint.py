@@ -3,17 +3,17 @@
 A checkpoint holds both agents' trainable weights (all weights under full fine-tuning, the
 adapters + value heads under LoRA), the critic, every optimizer, KL controller and score
 statistics, the position in the role schedule (the iteration), the query sampler and all RNG
-states. Writes are atomic (temp file + os.replace): a checkpoint is either whole or absent.
+states. Writes are atomic: a checkpoint is either whole or absent.
 """
 
 from __future__ import annotations
 
-import os
 import random
-import tempfile
 
 import numpy as np
 import torch
+
+from cory_env.files import atomic_write
 
 FORMAT = 1
 
@@ -33,7 +33,7 @@ def load_trainable_state(policy, state: dict[str, torch.Tensor]) -> None:
                 raise KeyError(f"checkpoint tensor {name!r} has no parameter in the policy")
             param = params[name]
             if type(param).__name__ == "DTensor":  # FSDP: keep this rank's shard of the value
-                from .fsdp import like
+                from .distributed.fsdp import like
 
                 value = like(value, param)
             param.copy_(value)
@@ -78,20 +78,8 @@ def load_trainer_state(trainer, state: dict) -> None:
 
 
 def atomic_save(obj, path: str) -> None:
-    """torch.save to a temp file in the same folder, then rename: whole or absent."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".pt")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """torch.save, whole or absent (`cory_env.files.atomic_write`)."""
+    atomic_write(path, lambda f: torch.save(obj, f))
 
 
 def save_checkpoint(trainer, path: str) -> None:

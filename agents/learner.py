@@ -1,22 +1,26 @@
 """Learners: the swappable algorithms that turn rollouts into updates.
 
 A learner owns one `PPOAgent` (policy + optimizer + KL controller + score statistics) per LLM,
-says how the env must be set up (`env_settings`), which roles to play each iteration
+declares the env structure it trains on (class attributes `knowledge_transfer`, `reward_mode`,
+`role_exchange`; `n_agents`; `needs_critic`), says which roles to play each iteration
 (`reset_options`), and updates from the finished turns (`update`). To add an algorithm,
 subclass `Learner` in one file and decorate it with `@register_learner("name")`;
-`agents/reinforce.py` is the worked example.
+`agents/reinforce.py` is the worked example, and `agents/cory.py` is CORY.
 
-CORY itself is a few lines here: IPPO on an env with knowledge transfer and the collective
-reward, plus the role schedule below. Role exchange flips the env's agent-order flag, so each
-model keeps its own optimizer, KL controller and score statistics across exchanges.
+Multi-process training reaches a learner only through `self.comm` (`agents.comm.Comm`): its
+agents call it to prepare their models, back-propagate, and agree on statistics across ranks.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import torch
 
+from .comm import Comm
 from .metrics import turn_metrics
 from .policy import SamplingConfig
 from .ppo import (
@@ -38,26 +42,15 @@ class LearnerConfig:
 
     ppo: PPOConfig = field(default_factory=PPOConfig)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
-    knowledge_transfer: bool = True  # the observer sees the pioneer's answer
-    reward_mode: str = "collective"  # "collective" or "individual"
-    role_exchange: bool = True  # swap pioneer and observer every t_rex iterations
-    t_rex: int = 5
+    t_rex: int = 5  # role-exchange period, for learners that exchange roles
     eta: float | None = None  # weight of KL in the combined reward; None -> current beta
 
     def validate(self) -> LearnerConfig:
         """Raise ValueError naming the bad field."""
-        if not isinstance(self.t_rex, int) or self.t_rex < 1:
+        if isinstance(self.t_rex, bool) or not isinstance(self.t_rex, int) or self.t_rex < 1:
             raise ValueError(f"t_rex must be a positive integer, got {self.t_rex!r}")
-        if self.reward_mode not in ("collective", "individual"):
-            raise ValueError(f"reward_mode must be 'collective' or 'individual', "
-                             f"got {self.reward_mode!r}")
         self.ppo.validate()
         return self
-
-
-def pioneer_is_swapped(iteration: int, t_rex: int) -> bool:
-    """CORY's role schedule: llm_1 is the pioneer in every other block of t_rex iterations."""
-    return (iteration // t_rex) % 2 == 1
 
 
 def adam(params, lr: float) -> torch.optim.Adam:
@@ -69,14 +62,19 @@ def adam(params, lr: float) -> torch.optim.Adam:
 
 
 class PPOAgent:
-    """One LLM's learning state: policy, Adam, KL controller and running score statistics."""
+    """One LLM's learning state: policy, Adam, KL controller and running score statistics.
 
-    def __init__(self, policy, cfg: PPOConfig, sampling: SamplingConfig | None = None):
-        self.policy, self.cfg, self.sampling = policy, cfg, sampling
-        self.optimizer = adam(policy.trainable_parameters(), cfg.lr)
+    `policy` is what training passes go through (`comm.prepare` of the rollout's policy); the
+    KL controller and the score statistics see the global batch through `comm`.
+    """
+
+    def __init__(self, policy, cfg: PPOConfig, sampling: SamplingConfig | None = None,
+                 comm: Comm | None = None):
+        self.comm = comm or Comm()
+        self.policy, self.cfg, self.sampling = self.comm.prepare(policy), cfg, sampling
+        self.optimizer = adam(self.policy.trainable_parameters(), cfg.lr)
         self.kl_ctl = make_kl_controller(cfg)
         self.score_stats = RunningMoments()
-        self.backward = self.all_ok = None  # multi-process hooks (see agents/distributed.py)
 
     @property
     def beta(self) -> float:
@@ -95,7 +93,7 @@ class PPOAgent:
         if self.recomputes:
             turn = self.recompute(turn)
         scores = scale_scores(turn.reward if scores is None else scores, self.score_stats,
-                              self.cfg)
+                              self.cfg, gather=self.comm.gather)
         beta = self.beta if self.cfg.kl_in == "reward" else 0.0
         rewards = token_rewards(scores, self.penalty(turn), turn.response_mask, beta)
         return PPOBatch(input_ids=turn.input_ids, attention_mask=turn.attention_mask,
@@ -122,9 +120,10 @@ class PPOAgent:
         """Run PPO on the batch, then update beta from this batch's KL."""
         stats = ppo_update(self.policy, self.optimizer, batch, self.cfg, generator=generator,
                            kl_coef=self.beta, evaluate_kwargs={"sampling": self.sampling},
-                           backward=self.backward, all_ok=self.all_ok)
+                           backward=self.comm.backward, all_ok=self.comm.all_ok)
         stats["beta"] = self.beta
-        self.kl_ctl.update(float(self.penalty(turn).sum(1).mean()), len(batch))
+        kl = self.comm.mean(float(self.penalty(turn).sum(1).mean()))
+        self.kl_ctl.update(kl, len(batch) * self.comm.world_size)
         return stats
 
     def state_dict(self) -> dict:
@@ -140,15 +139,26 @@ class PPOAgent:
 
 
 class Learner:
-    """Base learner: one PPOAgent per LLM; subclasses override `update` (and maybe more)."""
+    """Base learner: one PPOAgent per LLM; subclasses override `update` (and maybe more).
+
+    The class attributes are the env structure it trains on. The base is two independent
+    agents: no knowledge transfer, each its own reward, fixed roles (`agents.cory.CoryStructure`
+    turns on CORY's three mechanisms).
+    """
 
     name = "base"
     n_agents = 2  # 1 for single-agent learners
+    knowledge_transfer = False  # the observer sees the pioneer's answer
+    reward_mode = "individual"  # "collective" (r_pio + r_obs to both) or "individual"
+    role_exchange = False  # swap pioneer and observer every t_rex iterations
+    needs_critic = False  # True: the Trainer builds a separate critic model (`critic=`)
 
-    def __init__(self, policies: dict, cfg: LearnerConfig, seed: int = 0):
+    def __init__(self, policies: dict, cfg: LearnerConfig, seed: int = 0,
+                 comm: Comm | None = None):
         self.cfg = cfg.validate()
-        self.policies = dict(policies)
-        self.agents = {name: PPOAgent(p, self.agent_config(name), cfg.sampling)
+        self.comm = comm or Comm()
+        self.policies = dict(policies)  # the rollout's policies (never wrapped)
+        self.agents = {name: PPOAgent(p, self.agent_config(name), cfg.sampling, self.comm)
                        for name, p in policies.items()}
         self.generator = torch.Generator().manual_seed(seed)
 
@@ -158,13 +168,12 @@ class Learner:
 
     def env_settings(self) -> dict:
         """Env keywords this learner needs (structure flags of CORY)."""
-        return {"knowledge_transfer": self.cfg.knowledge_transfer,
-                "reward_mode": self.cfg.reward_mode, "single_agent": self.n_agents == 1}
+        return {"knowledge_transfer": self.knowledge_transfer, "reward_mode": self.reward_mode,
+                "single_agent": self.n_agents == 1}
 
     def reset_options(self, iteration: int) -> dict:
-        """Per-iteration env options: the role schedule."""
-        swap = self.cfg.role_exchange and pioneer_is_swapped(iteration, self.cfg.t_rex)
-        return {"swap_roles": swap}
+        """Per-iteration env options: fixed roles (see `agents.cory` for the exchange)."""
+        return {"swap_roles": False}
 
     def update(self, turns: dict[str, Turn], iteration: int) -> dict[str, dict[str, float]]:
         """Learn from one rollout; return per-agent stats."""
@@ -200,6 +209,8 @@ def register_learner(name: str):
     """Class decorator: make a Learner available by name (CLI, benchmarks)."""
 
     def add(cls):
+        if not (isinstance(cls, type) and issubclass(cls, Learner)):
+            raise TypeError(f"register_learner({name!r}) needs a Learner subclass, got {cls!r}")
         cls.name = name
         _LEARNERS[name] = cls
         return cls
@@ -207,15 +218,32 @@ def register_learner(name: str):
     return add
 
 
+def _register_builtin() -> None:
+    """Import every module of this package that registers a learner (once)."""
+    if _BUILTIN_LOADED:
+        return
+    _BUILTIN_LOADED.append(True)
+    folder = Path(__file__).parent
+    for info in pkgutil.iter_modules([str(folder)]):
+        path = folder / f"{info.name}.py"
+        if not info.ispkg and path.exists() and "@register_learner(" in path.read_text():
+            importlib.import_module(f"{__package__}.{info.name}")
+
+
+_BUILTIN_LOADED: list[bool] = []
+
+
 def learner_class(name: str) -> type[Learner]:
     """The Learner class registered under name."""
+    _register_builtin()
     if name not in _LEARNERS:
-        raise ValueError(f"unknown learner {name!r}; registered: {sorted(_LEARNERS)}")
+        raise ValueError(f"unknown method {name!r}; registered learners: {sorted(_LEARNERS)}")
     return _LEARNERS[name]
 
 
 def registered_learners() -> list[str]:
     """Names of all registered learners."""
+    _register_builtin()
     return sorted(_LEARNERS)
 
 
@@ -235,7 +263,3 @@ class PPO(IPPO):
     """The single-agent baseline: one LLM, no observer, its own reward."""
 
     n_agents = 1
-
-    def reset_options(self, iteration):
-        """A single LLM never exchanges roles."""
-        return {"swap_roles": False}

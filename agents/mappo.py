@@ -12,6 +12,8 @@ from dataclasses import replace
 
 import torch
 
+from .comm import Comm
+from .cory import CoryStructure
 from .learner import IPPO, LearnerConfig, register_learner
 from .ppo import forward_passes, gae, masked_whiten, token_rewards, value_loss
 
@@ -37,19 +39,21 @@ def joint_gae(rewards, values, mask, gamma, lam):
 
 
 @register_learner("mappo")
-class MAPPO(IPPO):
+class MAPPO(CoryStructure, IPPO):
     """Two PPO actors with a shared centralized critic over the joint transcript."""
 
-    def __init__(self, policies: dict, cfg: LearnerConfig, seed: int = 0, critic=None):
-        super().__init__(policies, cfg, seed)
+    needs_critic = True
+
+    def __init__(self, policies: dict, cfg: LearnerConfig, seed: int = 0,
+                 comm: Comm | None = None, critic=None):
+        super().__init__(policies, cfg, seed, comm)
         if critic is None:
             raise ValueError("MAPPO needs a critic model (an LLMPolicy whose value head is used)")
-        self.critic = critic
+        self.critic = self.comm.prepare(critic, critic=True)
         self.critic_optimizer = self.new_critic_optimizer()
-        self.all_ok = bool  # multi-process: ANDs "this minibatch is finite" over ranks
 
     def new_critic_optimizer(self) -> torch.optim.Adam:
-        """Adam over the critic's trainable parameters (rebuilt when FSDP shards them)."""
+        """Adam over the critic's trainable parameters."""
         return torch.optim.Adam(self.critic.trainable_parameters(), lr=self.cfg.ppo.lr)
 
     def agent_config(self, agent):
@@ -84,7 +88,7 @@ class MAPPO(IPPO):
             per_agent.append(token_rewards(torch.zeros_like(turn.reward), agent.penalty(turn),
                                            turn.response_mask, beta))
         rewards = torch.cat(per_agent, 1)
-        if self.cfg.reward_mode == "collective":  # the team reward, once, at the episode end
+        if self.reward_mode == "collective":  # the team reward, once, at the episode end
             rewards = rewards + token_rewards(obs.reward, torch.zeros_like(rmask), rmask, 0.0)
         else:
             rewards[:, :T] += token_rewards(pio.reward, torch.zeros_like(pio.response_mask),
@@ -120,10 +124,10 @@ class MAPPO(IPPO):
                     values = self.critic_values(ids[part], mask[part], n)
                     loss, _ = value_loss(values, old_values[part], returns[part], rmask[part],
                                          cfg.cliprange_value)
-                    finite = self.all_ok(bool(torch.isfinite(loss)))  # every rank skips, or none
+                    finite = self.comm.all_ok(bool(torch.isfinite(loss)))  # all ranks skip
                     if not finite:
                         break
-                    (loss * (len(part) / len(idx))).backward()
+                    self.comm.backward(loss * (len(part) / len(idx)))
                     step_loss += float(loss.detach()) * len(part) / len(idx)
                 if not finite:
                     self.critic_optimizer.zero_grad(set_to_none=True)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
@@ -32,6 +32,11 @@ KL_PENALTIES = ("kl", "abs", "mse", "full")
 KL_IN = ("reward", "loss")
 KL_LOSS_ESTIMATORS = ("k1", "k2", "k3")
 OLD_LOGPROBS = ("auto", "sampler", "recompute")
+
+
+def _help(text: str, **kw) -> dict:
+    """Field metadata: the option's help text (see `agents.cli`)."""
+    return {"help": text, **kw}
 
 
 # --------------------------------------------------------------------------- config
@@ -53,33 +58,38 @@ class PPOConfig:
     numerics differ from the training pass's: a 4-bit base, or mixed precision.
     """
 
-    lr: float = 1.41e-5
-    ppo_epochs: int = 4
-    batch_size: int = 256
-    mini_batch_size: int = 256
-    grad_accum_steps: int = 1
-    cliprange: float = 0.2
-    cliprange_value: float = 0.2
-    vf_coef: float = 0.1
-    gamma: float = 1.0
-    lam: float = 0.95
-    init_kl_coef: float = 0.3
-    adap_kl_ctrl: bool = True
-    kl_target: float = 6.0
-    kl_horizon: float = 10000
-    kl_penalty: str = "kl"
-    kl_in: str = "reward"
-    kl_loss_estimator: str = "k3"
-    whiten_advantages: bool = True
-    use_score_scaling: bool = False
-    use_score_norm: bool = False
-    score_clip: float | None = None
-    max_grad_norm: float | None = 1.0
-    early_stop_kl: float | None = None
-    ratio_threshold: float = 10.0
-    entropy_coef: float = 0.0
-    max_tokens_per_pass: int | None = None
-    old_logprobs: str = "auto"
+    lr: float = field(default=1.41e-5, metadata=_help("learning rate"))
+    ppo_epochs: int = field(default=4, metadata=_help("PPO epochs per iteration"))
+    batch_size: int = field(default=256, metadata={"cli": False})  # = TrainConfig.batch_size
+    mini_batch_size: int = field(default=256, metadata=_help("rows of one forward/backward pass"))
+    grad_accum_steps: int = field(default=1, metadata=_help("passes per optimizer step"))
+    cliprange: float = field(default=0.2, metadata=_help("policy ratio clip"))
+    cliprange_value: float = field(default=0.2, metadata=_help("value clip"))
+    vf_coef: float = field(default=0.1, metadata=_help("value-loss weight"))
+    gamma: float = field(default=1.0, metadata=_help("discount"))
+    lam: float = field(default=0.95, metadata=_help("GAE lambda"))
+    init_kl_coef: float = field(default=0.3, metadata=_help("initial KL coefficient beta"))
+    adap_kl_ctrl: bool = field(default=True, metadata=_help("adaptive KL controller",
+                                                            flag="adaptive-kl"))
+    kl_target: float = field(default=6.0, metadata=_help("adaptive KL target (nats)"))
+    kl_horizon: float = field(default=10000, metadata=_help("adaptive KL horizon (samples)"))
+    kl_penalty: str = field(default="kl", metadata=_help("kl | abs | mse | full"))
+    kl_in: str = field(default="reward", metadata=_help("where the KL acts: reward | loss"))
+    kl_loss_estimator: str = field(default="k3", metadata=_help("k1 | k2 | k3 (kl_in=loss)"))
+    whiten_advantages: bool = field(default=True, metadata=_help("whiten advantages"))
+    use_score_scaling: bool = field(default=False, metadata=_help("divide scores by their std"))
+    use_score_norm: bool = field(default=False, metadata=_help("also subtract their mean"))
+    score_clip: float | None = field(default=None, metadata=_help("clip scores to +-this"))
+    max_grad_norm: float | None = field(default=1.0, metadata=_help("gradient clip norm"))
+    early_stop_kl: float | None = field(default=None, metadata=_help(
+        "stop the epochs once approx-KL exceeds this"))
+    ratio_threshold: float = field(default=10.0, metadata=_help(
+        "skip a minibatch whose mean ratio exceeds this"))
+    entropy_coef: float = field(default=0.0, metadata=_help("entropy bonus weight"))
+    max_tokens_per_pass: int | None = field(default=None, metadata=_help(
+        "cap on tokens (rows x unpadded width) of one training pass"))
+    old_logprobs: str = field(default="auto", metadata=_help(
+        "old log-probs and values: auto | sampler | recompute"))
 
     def __post_init__(self) -> None:
         self.validate()
@@ -128,28 +138,6 @@ class PPOConfig:
                 f"{self.grad_accum_steps} = {self.backward_batch_size}"
             )
         return self
-
-
-# The paper's IMDB table (Table 1). kl_penalty="full" follows the official code
-# (see the module docstring). Copy with dataclasses.replace, do not mutate it.
-IMDB_PRESET = PPOConfig(
-    lr=1.41e-5, ppo_epochs=4, batch_size=256, mini_batch_size=256, grad_accum_steps=1,
-    cliprange=0.2, cliprange_value=0.2, vf_coef=0.1, gamma=1.0, lam=0.95,
-    init_kl_coef=0.3, adap_kl_ctrl=True, kl_target=6.0, kl_horizon=10000, kl_penalty="full",
-)
-
-
-def gsm8k_preset(method: str) -> PPOConfig:
-    """The paper's GSM8K table (Table 2) for method "cory", "ppo" or "ppo-13b"."""
-    lrs = {"cory": 1e-4, "ppo": 1e-5, "ppo-13b": 1e-5}
-    key = method.lower()
-    if key not in lrs:
-        raise ValueError(f"method must be one of {tuple(lrs)}, got {method!r}")
-    return PPOConfig(
-        lr=lrs[key], batch_size=32, mini_batch_size=2, grad_accum_steps=16,
-        cliprange=0.2, cliprange_value=0.2, vf_coef=0.1, gamma=1.0, lam=0.95,
-        init_kl_coef=0.01, adap_kl_ctrl=False, kl_penalty="full",
-    )
 
 
 # --------------------------------------------------------------------------- masked stats
@@ -314,14 +302,16 @@ class RunningMoments:
         self.count = int(state["count"])
 
 
-def scale_scores(scores: Tensor, moments: RunningMoments, cfg: PPOConfig) -> Tensor:
+def scale_scores(scores: Tensor, moments: RunningMoments, cfg: PPOConfig,
+                 gather: Callable[[Tensor], Tensor] | None = None) -> Tensor:
     """Update moments, then score/(std+eps) or (score-mean)/(std+eps), then clip.
 
-    ``use_score_norm`` implies scaling (TRL silently ignored it without scaling).
+    ``use_score_norm`` implies scaling (TRL silently ignored it without scaling). ``gather``
+    returns every rank's scores, so the moments see the global batch.
     """
     eps = 1e-8
     if cfg.use_score_scaling or cfg.use_score_norm:
-        moments.update(scores)
+        moments.update(scores.float() if gather is None else gather(scores.float()))
         if cfg.use_score_norm:
             scores = (scores - moments.mean) / (moments.std + eps)
         else:

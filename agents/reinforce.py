@@ -1,9 +1,10 @@
 """The worked example of a new learner: critic-free REINFORCE with a group baseline.
 
-Everything a learner needs fits in this file: subclass `Learner`, register it, implement
-`update`. Here each response's return is its env reward minus beta * (summed KL); the
-advantage is that return minus the batch mean, divided by the batch std (GRPO-style), spread
-over every token of the response; the clipped PPO loss is reused with the value loss off.
+Everything a learner needs fits in this file: subclass `Learner` (here with CORY's structure
+mixed in), register it, implement `update`. Here each response's return is its env reward
+minus beta * (summed KL); the advantage is that return minus the batch mean, divided by the
+batch std (GRPO-style), spread over every token of the response; the clipped PPO loss is
+reused with the value loss off.
 
     python -m benchmarks.run --methods ppo,reinforce     # it is now a method like any other
 """
@@ -12,12 +13,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from .cory import CoryStructure
 from .learner import Learner, register_learner
 
 
 @register_learner("reinforce")
-class Reinforce(Learner):
-    """REINFORCE with a batch-mean baseline and no critic."""
+class Reinforce(CoryStructure, Learner):
+    """REINFORCE with a batch-mean baseline and no critic, on CORY's structure."""
 
     def agent_config(self, agent):
         """No critic: the value loss is off."""

@@ -16,6 +16,7 @@ import torch
 from cory_env import BatchedCoryEnv
 
 from .ppo import full_kl
+from .sampling import Step
 
 
 @dataclass
@@ -48,33 +49,54 @@ class Turn:
 
 
 @torch.inference_mode()
+def play_turn(env: BatchedCoryEnv, policy, sampling=None,
+              generator: torch.Generator | None = None,
+              forced: torch.Tensor | None = None) -> list[Step]:
+    """Play the env's current turn for every episode with `policy`; return its sampled steps.
+
+    The one decode loop of the project: the prompt pass once (KV cache), then one sample and
+    one cached step per token until the turn ends. `forced` (B, T) token ids are played
+    instead, with no model pass (and no steps returned).
+    """
+    agent = env.agent_selection
+    if forced is not None:
+        t = 0
+        while not env.finished and env.agent_selection == agent:
+            env.step(forced[:, t])
+            t += 1
+        return []
+    obs, device = env.observe(), policy.device
+    P, T = env.prompt_len, env.max_new_tokens
+    ids, mask = obs["input_ids"].to(device), obs["attention_mask"].to(device)
+    state = policy.begin(ids[:, :P], mask[:, :P], sampling, max_new_tokens=T)
+    steps = []
+    while True:
+        active = obs["active"].to(device)
+        step = policy.sample(state, generator)
+        steps.append(step)
+        obs, *_ = env.step(step.token)
+        if env.finished or env.agent_selection != agent:
+            return steps
+        policy.feed(state, step.token, active)
+
+
+@torch.inference_mode()
 def rollout(env: BatchedCoryEnv, policies: Mapping[str, object], sampling=None,
             generator: torch.Generator | None = None, reset_options: dict | None = None,
             seed: int | None = None) -> dict[str, Turn]:
     """Play one batch of episodes; return each agent's Turn (keys: env.agents)."""
-    obs = env.reset(seed=seed, options=reset_options)
-    P, T = env.prompt_len, env.max_new_tokens
+    env.reset(seed=seed, options=reset_options)
+    T = env.max_new_tokens
     partial = {}
     while not env.finished:
         agent, role = env.agent_selection, env.role
         policy = policies[agent]
-        device = policy.device
-        ids, mask = obs["input_ids"].to(device), obs["attention_mask"].to(device)
-        state = policy.begin(ids[:, :P], mask[:, :P], sampling, max_new_tokens=T)
-        steps = []
-        while True:
-            active = obs["active"].to(device)
-            step = policy.sample(state, generator)
-            steps.append(step)
-            obs, rewards, _, _, infos = env.step(step.token)
-            if env.finished or env.agent_selection != agent:
-                break
-            policy.feed(state, step.token, active)
-        del state  # the KV cache
+        steps = play_turn(env, policy, sampling, generator)
         # Finish the turn's tensors now, so its (B, V) log-softmaxes are freed before the next turn.
         partial[agent] = _turn_tensors(env, agent, role, steps, policy, T)
         del steps
-    return {agent: _with_rewards(parts, rewards[agent], infos[agent])
+    infos = env.infos()
+    return {agent: _with_rewards(parts, env.reward(agent), infos[agent])
             for agent, parts in partial.items()}
 
 

@@ -5,7 +5,8 @@
     for metrics in trainer.run():
         print(metrics["llm_0"]["task_reward"])
 
-Methods are presets of (learner, CORY structure flags); any registered learner is a method too.
+A method is a registered learner's name (`agents.learner.registered_learners()`); the learner
+declares the env structure it trains on and whether it needs a critic.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import math
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -21,60 +23,45 @@ import torch
 
 from cory_env import BatchedCoryEnv
 
-from . import mappo, reinforce  # noqa: F401  (register their learners)
-from .learner import LearnerConfig, learner_class, registered_learners
+from .comm import Comm
+from .learner import LearnerConfig, learner_class
 from .policy import LLMPolicy, LoraSettings, SamplingConfig, check_mixed_precision
 from .ppo import PPOConfig
 from .rollout import rollout
 
-CORY_FLAGS = {"knowledge_transfer": True, "reward_mode": "collective", "role_exchange": True}
-METHODS = {
-    "ppo": ("ppo", {}),
-    "cory": ("ippo", CORY_FLAGS),
-    "ippo": ("ippo", {"knowledge_transfer": False, "reward_mode": "individual",
-                      "role_exchange": False}),
-    "mappo": ("mappo", CORY_FLAGS),
-    "cory-no-kt": ("ippo", {**CORY_FLAGS, "knowledge_transfer": False}),
-    "cory-no-re": ("ippo", {**CORY_FLAGS, "role_exchange": False}),
-    "cory-individual": ("ippo", {**CORY_FLAGS, "reward_mode": "individual"}),
-}
 
-
-def method_spec(method: str) -> tuple[str, dict]:
-    """(learner name, structure flags) of a method; a bare learner name gets CORY's flags."""
-    if method in METHODS:
-        return METHODS[method]
-    if method in registered_learners():
-        return method, CORY_FLAGS
-    raise ValueError(f"unknown method {method!r}; known: {known_methods()}")
-
-
-def known_methods() -> list[str]:
-    """Every method name: the presets plus registered learners."""
-    return sorted(set(METHODS) | set(registered_learners()))
-
+def _help(text: str, **kw) -> dict:
+    """Field metadata: the option's help text (and other `agents.cli` keys)."""
+    return {"help": text, **kw}
 
 @dataclass
 class TrainConfig:
     """One training run: task, method, model and every hyperparameter."""
 
-    task: str = "sentiment"
-    method: str = "cory"
-    model: str | None = None  # HF name or local path; None -> the offline task's reference LM
-    iterations: int = 20
-    batch_size: int = 32
-    max_new_tokens: int | None = None
-    seed: int = 0
-    device: str = "cpu"
-    t_rex: int = 5
-    eta: float | None = None
-    lora: LoraSettings | None = None
-    load_in_4bit: bool = False
-    shared_base: bool = True  # with LoRA: both agents are adapters on one base
-    mixed_precision: str | None = "auto"  # "auto": bf16 autocast on CUDA; "bf16": anywhere
-    torch_compile: bool = False  # torch.compile the training passes (compiled on first use)
-    placement: dict[str, str] = field(default_factory=dict)  # e.g. {"llm_1": "cuda:1"}
-    task_options: dict = field(default_factory=dict)
+    task: str = field(default="sentiment", metadata=_help("task name (cory_env.registered_tasks)"))
+    method: str = field(default="cory", metadata=_help("learner name (registered_learners)"))
+    model: str | None = field(default=None, metadata=_help(
+        "HF name or local folder; none: the offline task's reference LM"))
+    iterations: int = field(default=20, metadata=_help("training iterations"))
+    batch_size: int = field(default=32, metadata=_help("episodes per iteration"))
+    max_new_tokens: int | None = field(default=None, metadata=_help(
+        "tokens per answer (none: the task's default)"))
+    seed: int = field(default=0, metadata=_help("seed of models, sampling and data order"))
+    device: str = field(default="cpu", metadata=_help("torch device"))
+    t_rex: int = field(default=5, metadata=_help("role-exchange period T_REx"))
+    eta: float | None = field(default=None, metadata=_help(
+        "KL weight of the combined reward (none: the current beta)"))
+    lora: LoraSettings | None = field(default=None, metadata=_help("train LoRA adapters"))
+    load_in_4bit: bool = field(default=False, metadata=_help("4-bit nf4 base (needs LoRA, CUDA)"))
+    shared_base: bool = field(default=True, metadata=_help(
+        "with LoRA: both agents are adapters on one frozen base"))
+    mixed_precision: str | None = field(default="auto", metadata=_help(
+        "auto: bf16 autocast on CUDA only; bf16: also on the CPU; none: never"))
+    torch_compile: bool = field(default=False, metadata=_help(
+        "torch.compile the training passes (compiled on first use)"))
+    placement: dict[str, str] = field(default_factory=dict, metadata=_help(
+        "device per model, e.g. llm_0=cuda:0,llm_1=cuda:1,critic=cuda:1"))
+    task_options: dict = field(default_factory=dict, metadata=_help("task keywords k=v,..."))
     ppo: PPOConfig = field(default_factory=lambda: PPOConfig(batch_size=32, mini_batch_size=8))
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
 
@@ -82,7 +69,7 @@ class TrainConfig:
         """Check the config before any model is loaded, naming the bad field."""
         from cory_env import registered_tasks
 
-        method_spec(self.method)
+        learner_class(self.method)
         if isinstance(self.task, str) and self.task not in registered_tasks():
             raise ValueError(f"unknown task {self.task!r}; registered: {registered_tasks()}")
         for name in ("iterations", "batch_size", "t_rex"):
@@ -93,14 +80,21 @@ class TrainConfig:
                                                 or self.max_new_tokens < 1):
             raise ValueError(f"max_new_tokens must be None or a positive integer, "
                              f"got {self.max_new_tokens!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ValueError(f"seed must be an integer, got {self.seed!r}")
+        if self.eta is not None and not (isinstance(self.eta, (int, float)) and
+                                         math.isfinite(self.eta) and self.eta >= 0):
+            raise ValueError(f"eta must be None or a finite number >= 0, got {self.eta!r}")
         if self.ppo.batch_size != self.batch_size:
             self.ppo = dataclasses.replace(self.ppo, batch_size=self.batch_size)
         self.ppo.validate()
+        self.sampling.validate()
         if self.load_in_4bit and self.lora is None:
             raise ValueError("load_in_4bit=True needs LoRA (set lora)")
         check_mixed_precision(self.mixed_precision)
-        if not isinstance(self.torch_compile, bool):
-            raise ValueError(f"torch_compile must be True or False, got {self.torch_compile!r}")
+        for name in ("load_in_4bit", "shared_base", "torch_compile"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         check_device("device", self.device)
         for agent, dev in self.placement.items():
             if agent not in ("llm_0", "llm_1", "critic"):
@@ -167,7 +161,7 @@ def oom_guard(cfg: TrainConfig, phase: str):
 
 def default_model(task: str) -> str:
     """The offline task's reference LM folder (built and cached on first use)."""
-    from cory_env.offline.lm import reference_lm
+    from .refmodels import reference_lm
 
     return str(reference_lm(task))
 
@@ -208,20 +202,19 @@ def build_policies(cfg: TrainConfig, agents: list[str], critic: bool = False) ->
 class Trainer:
     """Rollout -> update iterations of one method on one task, deterministic under cfg.seed."""
 
-    def __init__(self, cfg: TrainConfig, env_options: dict | None = None):
+    def __init__(self, cfg: TrainConfig, env_options: dict | None = None,
+                 comm: Comm | None = None):
         self.cfg = cfg.validate()
         check_device("device", cfg.device, present=True)  # here, before any model loads
         for agent, dev in cfg.placement.items():
             check_device(f"placement[{agent!r}]", dev, present=True)
-        name, flags = method_spec(cfg.method)
-        self.learner_cls = learner_class(name)
-        lcfg = LearnerConfig(ppo=cfg.ppo, sampling=cfg.sampling, t_rex=cfg.t_rex, eta=cfg.eta,
-                             **flags)
+        self.learner_cls = learner_class(cfg.method)
+        lcfg = LearnerConfig(ppo=cfg.ppo, sampling=cfg.sampling, t_rex=cfg.t_rex, eta=cfg.eta)
         agents = ["llm_0"] if self.learner_cls.n_agents == 1 else ["llm_0", "llm_1"]
-        policies = build_policies(cfg, agents, critic=name == "mappo")
+        policies = build_policies(cfg, agents, critic=self.learner_cls.needs_critic)
         critic = policies.pop("critic", None)
         extra = {"critic": critic} if critic is not None else {}
-        self.learner = self.learner_cls(policies, lcfg, seed=cfg.seed, **extra)
+        self.learner = self.learner_cls(policies, lcfg, seed=cfg.seed, comm=comm, **extra)
         tokenizer = self._tokenizer()
         self.env = BatchedCoryEnv(batch_size=cfg.batch_size, task=self._task(),
                                   tokenizer=tokenizer, max_new_tokens=cfg.max_new_tokens,

@@ -16,15 +16,15 @@ A run folder holds (all written incrementally; a kill loses at most the iteratio
     plots/*.png       curves (mean ± std over seeds) and, with an η sweep, a Pareto plot
     report.md         the table, contribution audit, samples, evaluation and claim checks
 
-Modules: `config` (BenchConfig, presets, validation, runs, CLI options), `runner` (the run
-folder, records, resume, progress, the driver), `evaluate` (pass@k on the test split),
-`report` (numbers, claim checks, plots and report.md from the records alone) and `run` (the
-command line).
+Modules: `config` (BenchConfig: the sweep plus a nested TrainConfig; validation, runs, CLI
+options), `presets` (the paper's GPU settings), `runner` (the run folder, resume, progress, the
+driver), `evaluate` (pass@k on the test split), `records` (a run's numbers), `claims` (the
+paper's claims, checked), `report` (tables, plots and report.md from the records alone) and
+`run` (the command line).
 """
 
 from .config import (
     PAPER_ETAS,
-    PRESETS,
     BenchConfig,
     RunSpec,
     check_resume,
@@ -34,6 +34,7 @@ from .config import (
     train_config,
 )
 from .evaluate import evaluate_policy
+from .presets import PRESETS
 from .runner import RunFolder, run_benchmark
 
 __all__ = ["BenchConfig", "PRESETS", "PAPER_ETAS", "RunSpec", "RunFolder", "resolve_config",

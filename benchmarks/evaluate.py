@@ -12,12 +12,13 @@ import dataclasses
 import numpy as np
 import torch
 
-from agents.policy import SamplingConfig
+from agents.rollout import play_turn
+from agents.sampling import SamplingConfig
 from agents.train import Trainer
 from cory_env import BatchedCoryEnv
 
 from .config import BenchConfig, RunSpec
-from .report import pass_at_k
+from .records import pass_at_k
 
 EVAL_TASKS = ("arithmetic", "gsm8k")  # exact-match rewards: reward 1 = solved
 
@@ -26,17 +27,9 @@ EVAL_TASKS = ("arithmetic", "gsm8k")  # exact-match rewards: reward 1 = solved
 def sample_rewards(env: BatchedCoryEnv, policy, sampling: SamplingConfig,
                    generator: torch.Generator, queries: list[int]) -> np.ndarray:
     """One answer per query index from a policy alone (single-agent env); their task rewards."""
-    obs = env.reset(options={"queries": list(queries)})
-    device, P = policy.device, env.prompt_len
-    ids, mask = obs["input_ids"].to(device), obs["attention_mask"].to(device)
-    state = policy.begin(ids[:, :P], mask[:, :P], sampling, max_new_tokens=env.max_new_tokens)
-    while True:
-        active = obs["active"].to(device)
-        step = policy.sample(state, generator)
-        obs, _, _, _, infos = env.step(step.token)
-        if env.finished:
-            return infos[env.agents[0]]["task_reward"].numpy()
-        policy.feed(state, step.token, active)
+    env.reset(options={"queries": list(queries)})
+    play_turn(env, policy, sampling, generator)
+    return env.infos()[env.agents[0]]["task_reward"].numpy()
 
 
 def evaluate_policy(policy, trainer: Trainer, cfg: BenchConfig, seed: int) -> dict:

@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     """An option per BenchConfig field (defaults left out, so explicit ones are known)."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     argument_default=argparse.SUPPRESS)
+                                     argument_default=argparse.SUPPRESS, allow_abbrev=False)
     add_config_options(parser)
     parser.add_argument("--out", help="run folder (default runs/<timestamp>)")
     parser.add_argument("--resume", action="store_true",

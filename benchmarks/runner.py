@@ -22,13 +22,16 @@ from pathlib import Path
 
 import torch
 
+from agents.runlog import append_jsonl, keep_jsonl, read_jsonl
 from agents.train import Trainer
+from cory_env.files import atomic_write
 
 from . import report
-from .config import BenchConfig, RunSpec, check_resume, run_specs, train_config, unknown_settings
+from .config import BenchConfig, RunSpec, check_resume, from_saved, run_specs, train_config
 from .evaluate import evaluate_models, wants_eval
+from .records import copy_rate
 
-FORMAT = 1
+FORMAT = 2
 ID_COLUMNS = ("task", "method", "seed", "sweep_eta", "run", "iteration", "agent", "role",
               "swap_roles")
 CSV_COLUMNS = ID_COLUMNS + (
@@ -68,7 +71,7 @@ def audit_copy_rate(learner) -> None:
         out = original(turns, stats)
         by_role = {t.role: t for t in turns.values()}
         if {"pioneer", "observer"} <= set(by_role):
-            rate = report.copy_rate(by_role["pioneer"].texts, by_role["observer"].texts)
+            rate = copy_rate(by_role["pioneer"].texts, by_role["observer"].texts)
             out[by_role["observer"].agent]["copy_rate"] = rate
         return out
 
@@ -99,20 +102,21 @@ class RunFolder:
             raise ValueError(f"run folder {self.path} already holds a run; pass --resume to "
                              "continue it or choose another --out")
         self.path.mkdir(parents=True, exist_ok=True)
-        _atomic_write(self.config, json.dumps({"format": FORMAT, **dataclasses.asdict(cfg)},
-                                              indent=2))
+        atomic_write(self.config, json.dumps({"format": FORMAT, **dataclasses.asdict(cfg)},
+                                             indent=2))
 
     def saved_config(self) -> BenchConfig:
         """The settings the folder's run was started with."""
         if not self.config.exists():
             raise ValueError(f"--resume: {self.config} not found; nothing to resume")
         saved = json.loads(self.config.read_text())
-        saved.pop("format", None)
-        unknown = unknown_settings(saved)
-        if unknown:
-            raise ValueError(f"--resume: {self.config} has settings this version does not "
-                             f"know: {unknown}")
-        return BenchConfig(**saved)
+        if saved.pop("format", None) != FORMAT:
+            raise ValueError(f"--resume: {self.config} was written by another version of the "
+                             f"benchmark (format {FORMAT} expected); start a new run folder")
+        try:
+            return from_saved(saved)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"--resume: {self.config}: {err}") from None
 
     def log(self, message: str) -> None:
         """Append a timestamped line to log.txt."""
@@ -121,64 +125,35 @@ class RunFolder:
 
     def append(self, records: list[dict]) -> None:
         """Append metric records to the JSONL and the CSV, flushed to disk."""
-        _append_jsonl(self.metrics, records)
+        append_jsonl(self.metrics, records)
         new = not self.csv.exists()
         with open(self.csv, "a", newline="", encoding="utf-8") as f:
             if new:
                 f.write(_csv_text([]))
             f.write(_csv_text(records, header=False))
-            _sync(f)
+            f.flush()
+            os.fsync(f.fileno())
 
     def truncate(self, spec: RunSpec, iteration: int) -> int:
         """Drop the run's records from `iteration` on and any torn line; make the CSV match."""
-        lines = self.metrics.read_text(encoding="utf-8").splitlines() \
-            if self.metrics.exists() else []
-        keep = [r for r in report.read_jsonl(self.metrics)
-                if not (r.get("run") == spec.key and r.get("iteration", 0) >= iteration)]
-        if len(keep) != len(lines):
-            _atomic_write(self.metrics, _jsonl_text(keep))
-        text = _csv_text(keep)
+        dropped = keep_jsonl(self.metrics, lambda r: not (
+            r.get("run") == spec.key and r.get("iteration", 0) >= iteration))
+        text = _csv_text(read_jsonl(self.metrics))
         if not self.csv.exists() or self.csv.read_text(encoding="utf-8") != text:
-            _atomic_write(self.csv, text)
-        return len(lines) - len(keep)
+            atomic_write(self.csv, text)
+        return dropped
 
     def has_eval(self, run: str) -> bool:
         """Whether eval.jsonl holds a record of the given run key."""
-        return any(r.get("run") == run for r in report.read_jsonl(self.evals))
+        return any(r.get("run") == run for r in read_jsonl(self.evals))
 
     def drop_evals(self, run: str) -> None:
         """Remove a run's evaluation records (before evaluating it again)."""
-        rows = report.read_jsonl(self.evals)
-        keep = [r for r in rows if r.get("run") != run]
-        if len(keep) != len(rows):
-            _atomic_write(self.evals, _jsonl_text(keep))
+        keep_jsonl(self.evals, lambda r: r.get("run") != run)
 
     def add_evals(self, records: list[dict]) -> None:
         """Append evaluation records."""
-        _append_jsonl(self.evals, records)
-
-
-def _sync(f) -> None:
-    """Flush a file to disk."""
-    f.flush()
-    os.fsync(f.fileno())
-
-
-def _append_jsonl(path: Path, records: list[dict]) -> None:
-    """Append records as JSON lines (after a newline if a killed write left a torn line)."""
-    torn = False
-    if path.exists() and path.stat().st_size:
-        with open(path, "rb") as f:
-            f.seek(-1, os.SEEK_END)
-            torn = f.read(1) != b"\n"
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(("\n" if torn else "") + _jsonl_text(records))
-        _sync(f)
-
-
-def _jsonl_text(records: list[dict]) -> str:
-    """Records as JSON lines text."""
-    return "".join(json.dumps(r) + "\n" for r in records)
+        append_jsonl(self.evals, records)
 
 
 def _csv_text(records: list[dict], header: bool = True) -> str:
@@ -189,15 +164,6 @@ def _csv_text(records: list[dict], header: bool = True) -> str:
         writer.writeheader()
     writer.writerows(records)
     return buffer.getvalue()
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    """Write a text file whole or not at all (temp file + rename)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        _sync(f)
-    os.replace(tmp, path)
 
 
 def try_evaluate(trainer: Trainer, cfg: BenchConfig, spec: RunSpec, folder: RunFolder,
@@ -281,7 +247,7 @@ def run_one(cfg: BenchConfig, spec: RunSpec, folder: RunFolder, bar: Progress,
     tb = folder.path / "tb" / spec.key  # on resume, TensorBoard drops steps >= purge_step
     writer = SummaryWriter(str(tb), purge_step=trainer.iteration if tb.exists() else None)
     try:
-        while trainer.iteration < cfg.iterations:
+        while trainer.iteration < cfg.train.iterations:
             if stop_after is not None and trainer.iteration >= stop_after:
                 return False
             records = flatten(trainer.step(), spec)
@@ -291,7 +257,7 @@ def run_one(cfg: BenchConfig, spec: RunSpec, folder: RunFolder, bar: Progress,
                     writer.add_scalar(f"{r['agent']}/{name}", value, r["iteration"])
             writer.flush()
             if trainer.iteration % cfg.checkpoint_every == 0 \
-                    or trainer.iteration == cfg.iterations:
+                    or trainer.iteration == cfg.train.iterations:
                 trainer.save(str(folder.ckpt(spec)))
             folder.log(_iteration_line(spec, records))
             bar.update(1, f"{spec.key} it {trainer.iteration - 1}")
@@ -339,12 +305,12 @@ def _run_all(cfg: BenchConfig, folder: RunFolder, resume: bool, progress: bool,
     else:
         folder.start(cfg)
     specs = run_specs(cfg)
-    bar = Progress(len(specs) * cfg.iterations, enabled=progress)
+    bar = Progress(len(specs) * cfg.train.iterations, enabled=progress)
     folder.log(f"{'resuming' if resume else 'starting'} {len(specs)} runs")
     finished = True
     for spec in specs:
         if folder.done_marker(spec).exists():
-            bar.skip(cfg.iterations)
+            bar.skip(cfg.train.iterations)
             continue
         finished &= run_one(cfg, spec, folder, bar, stop_after)
     bar.close()

@@ -90,12 +90,15 @@ class BatchedCoryEnv(QuerySource):
         self.episodes.step(tokens.astype(np.int64, copy=False))
         done = self.episodes.finished
         zeros = torch.zeros(self.episodes.batch)
-        rewards = {a: self._reward(a) if done else zeros for a in self.agents}
+        rewards = {a: self.reward(a) if done else zeros for a in self.agents}
         terms = {a: torch.full((self.episodes.batch,), done) for a in self.agents}
         truncs = {a: torch.zeros(self.episodes.batch, dtype=torch.bool) for a in self.agents}
         return self.observe(), rewards, terms, truncs, self.infos()
 
-    def _reward(self, agent: str) -> torch.Tensor:
+    def reward(self, agent: str) -> torch.Tensor:
+        """The (B,) rewards the env paid `agent` at the end of the episodes."""
+        if self.episodes.agent_rewards is None:
+            raise RuntimeError("the episodes are not finished: no rewards yet")
         return torch.as_tensor(self.episodes.agent_rewards[self.agents.index(agent)],
                                dtype=torch.float32)
 

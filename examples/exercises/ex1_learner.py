@@ -9,6 +9,7 @@ import argparse
 import tempfile
 from dataclasses import replace
 
+from agents.cory import CoryStructure
 from agents.learner import Learner, register_learner
 from agents.train import Trainer
 
@@ -16,13 +17,13 @@ from .common import course_config, course_lm
 
 
 @register_learner("reinforce-ema")
-class ReinforceEMA(Learner):
+class ReinforceEMA(CoryStructure, Learner):
     """REINFORCE: advantage = return - moving average of past returns; no critic."""
 
     decay = 0.9
 
-    def __init__(self, policies, cfg, seed=0):
-        super().__init__(policies, cfg, seed)
+    def __init__(self, policies, cfg, seed=0, **kwargs):
+        super().__init__(policies, cfg, seed, **kwargs)
         self.baseline = {name: None for name in policies}
 
     def agent_config(self, agent):

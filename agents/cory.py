@@ -1,0 +1,64 @@
+"""CORY (Ma, Hu et al., NeurIPS 2024): one LLM duplicated into a sequential cooperative team.
+
+All of CORY's own logic is here. The pioneer answers the query; the observer answers after
+seeing the query and the pioneer's answer. Three mechanisms on top of independent PPO:
+
+* knowledge transfer: the env builds the observer's prompt from the pioneer's tokens
+  (`knowledge_transfer = True`, an env flag);
+* collective reward: both agents are paid r(q, a_pio) + r(q, a_obs) (`reward_mode`, an env
+  flag), each with its own per-token KL penalty to the frozen reference;
+* role exchange: every T_REx iterations the two models swap roles (`pioneer_is_swapped`). It is
+  the env's agent-order flag, so no model is reloaded and each keeps its own optimizer, KL
+  controller and score statistics; the official implementation loses all three by reloading.
+
+The update itself is IPPO's: each model runs PPO on its own turn. The paper's ablations switch
+one mechanism off each.
+"""
+
+from __future__ import annotations
+
+from .learner import IPPO, register_learner
+
+
+def pioneer_is_swapped(iteration: int, t_rex: int) -> bool:
+    """CORY's role schedule: llm_1 is the pioneer in every other block of t_rex iterations."""
+    return (iteration // t_rex) % 2 == 1
+
+
+class CoryStructure:
+    """CORY's env structure for any two-agent learner: mix it in before the learner class."""
+
+    knowledge_transfer = True
+    reward_mode = "collective"
+    role_exchange = True
+
+    def reset_options(self, iteration: int) -> dict:
+        """The role schedule: exchange every cfg.t_rex iterations (if role_exchange)."""
+        return {"swap_roles": self.role_exchange
+                and pioneer_is_swapped(iteration, self.cfg.t_rex)}
+
+
+@register_learner("cory")
+class CORY(CoryStructure, IPPO):
+    """IPPO with knowledge transfer, the collective reward and role exchange."""
+
+
+@register_learner("cory-no-kt")
+class CORYNoKnowledgeTransfer(CORY):
+    """Ablation: the observer sees only the query."""
+
+    knowledge_transfer = False
+
+
+@register_learner("cory-no-re")
+class CORYNoRoleExchange(CORY):
+    """Ablation: llm_0 is always the pioneer."""
+
+    role_exchange = False
+
+
+@register_learner("cory-individual")
+class CORYIndividual(CORY):
+    """Ablation: each agent is paid its own task reward."""
+
+    reward_mode = "individual"

@@ -1,0 +1,124 @@
+"""Loading a causal LM for a policy: dtype, 4-bit quantisation, LoRA and dropout settings."""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import json
+import os
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass
+class LoraSettings:
+    """LoRA hyper-parameters; target_modules None means peft's default for the architecture."""
+
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.05
+    target_modules: list[str] | None = None
+
+
+def disable_dropout(model: nn.Module) -> None:
+    """Set every dropout probability in the model to 0 (PPO ratios must be deterministic)."""
+    for m in model.modules():
+        if isinstance(m, nn.Dropout):
+            m.p = 0.0
+        if isinstance(getattr(m, "attention_dropout", None), float):  # Llama-style attention
+            m.attention_dropout = 0.0
+
+
+def check_4bit(lora) -> None:
+    """Fail early (before any weight is loaded) when 4-bit loading cannot work here."""
+    if lora is None:
+        raise ValueError("load_in_4bit=True needs LoRA (pass lora=LoraSettings(...)).")
+    if not torch.cuda.is_available() or importlib.util.find_spec("bitsandbytes") is None:
+        raise RuntimeError("load_in_4bit=True needs a CUDA GPU and bitsandbytes "
+                           "(`pip install cory[gpu]`); use full precision on this machine.")
+
+
+def load_lm(name_or_path, load_in_4bit, device, dtype, hf_kwargs):
+    """AutoModelForCausalLM.from_pretrained with the right dtype / quantization arguments."""
+    import transformers
+    from transformers import AutoModelForCausalLM
+
+    kw = dict(hf_kwargs)
+    dtype_key = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
+    if load_in_4bit:
+        from transformers import BitsAndBytesConfig
+
+        kw["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16)
+        kw["device_map"] = {"": device if device is not None else torch.cuda.current_device()}
+        kw[dtype_key] = dtype or torch.bfloat16
+    elif dtype is not None:
+        kw[dtype_key] = dtype
+    lm = AutoModelForCausalLM.from_pretrained(name_or_path, **kw)
+    if device is not None and not load_in_4bit:
+        lm.to(device)
+    return lm
+
+
+def lora_config(lora: LoraSettings):
+    """peft LoraConfig for a causal LM from our settings."""
+    from peft import LoraConfig
+
+    return LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                      target_modules=lora.target_modules, bias="none", task_type="CAUSAL_LM")
+
+
+def write_policy(policy, tmp: str) -> None:
+    """Write a policy's weight files (adapter or full LM, value head, policy.json) into tmp."""
+    from safetensors.torch import save_file, save_model
+
+    meta = {"kind": "lora" if policy.is_lora else "full", "adapter_name": policy.adapter_name}
+    if policy.is_lora:
+        from peft import get_peft_model_state_dict
+
+        sd = get_peft_model_state_dict(policy.model, adapter_name=policy.adapter_name)
+        save_file({k: v.detach().contiguous() for k, v in sd.items()},
+                  os.path.join(tmp, "adapter.safetensors"))
+        cfg = policy.model.peft_config[policy.adapter_name]
+        tm = cfg.target_modules
+        meta["lora"] = {"r": cfg.r, "alpha": cfg.lora_alpha,
+                        "target_modules": tm if isinstance(tm, str) else sorted(tm)}
+    else:
+        save_model(policy.model, os.path.join(tmp, "model.safetensors"))
+    save_file({k: v.detach().contiguous() for k, v in policy.value_head.state_dict().items()},
+              os.path.join(tmp, "value_head.safetensors"))
+    with open(os.path.join(tmp, "policy.json"), "w") as f:
+        json.dump(meta, f)
+
+
+def read_policy(policy, path: str) -> None:
+    """Load the files `write_policy` wrote into `policy`, in place."""
+    from safetensors.torch import load_file, load_model
+
+    with open(os.path.join(path, "policy.json")) as f:
+        kind = json.load(f)["kind"]
+    if kind != ("lora" if policy.is_lora else "full"):
+        raise ValueError(f"{path} holds a {kind} checkpoint, this policy is not")
+    if policy.is_lora:
+        from peft import set_peft_model_state_dict
+
+        sd = load_file(os.path.join(path, "adapter.safetensors"), device=str(policy.device))
+        res = set_peft_model_state_dict(policy.model, sd, adapter_name=policy.adapter_name)
+        mine = f".{policy.adapter_name}."
+        bad = [k for k in res.unexpected_keys if "lora_" in k]
+        bad += [k for k in res.missing_keys if "lora_" in k and mine in k]
+        if bad:
+            raise ValueError(f"adapter checkpoint does not match this model: {bad[:3]}")
+        policy._restore_grad()
+    else:
+        load_model(policy.model, os.path.join(path, "model.safetensors"),
+                   device=str(policy.device))
+    vh = load_file(os.path.join(path, "value_head.safetensors"), device=str(policy.device))
+    policy.value_head.load_state_dict(vh)
+
+
+def cache_kwarg(model: nn.Module) -> str:
+    """Name of the KV-cache argument: `cache` in transformers >= 5.2x, else `past_key_values`."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"

@@ -1,0 +1,316 @@
+"""Pretraining the small GPT-2 reference LMs of the offline tasks, and their on-disk cache.
+
+    from agents.refmodels import reference_lm
+    path = reference_lm("arithmetic")   # built on first use (minutes on 2 cores), then cached
+
+The sequences are `data.TrainingData`'s. The arithmetic loss weighs the prompt's tokens
+(mostly names and objects of the question, never generated) 0.2, so the model's capacity goes
+to the solutions, and the one-shot prompt that all rows of a batch share is computed once per
+batch (``lm_loss``). Training is seeded, its data order fixed and its thread count fixed per
+budget, so a build is reproducible on a given kind of machine. After training, ``build``
+writes the measurements of ``measure.build_report`` to ``report.json`` in the model folder.
+
+A multi-threaded build runs in a child process whose OpenMP wait policy suits the machine's
+load (it can only be set before torch loads); waiting never changes the numbers computed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from cory_env.data.cache import cache_dir, cached_dir
+from cory_env.files import remove_dir
+
+from ..loading import cache_kwarg
+from .data import TRAIN_SEED, Sequences, TrainingData, batches, check_task, pad_rows
+
+BUDGET_ENV = "CORY_LM_BUDGET"
+# Per task: bump when its data, model or training change; old caches are then ignored.
+VERSIONS = {"sentiment": "v3", "arithmetic": "v5"}
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Model size, optimisation and evaluation settings of one build preset."""
+
+    n_layer: int
+    n_embd: int
+    n_head: int
+    steps: int
+    batch_size: int
+    lr: float
+    warmup: int
+    n_positions: int = 256
+    weight_decay: float = 0.1
+    min_lr_ratio: float = 0.1
+    n_heldout: int = 512  # held-out sequences for the perplexity
+    eval_episodes: int = 256  # env episodes per measurement
+    n_samples: int = 3
+    prompt_weight: float = 1.0  # loss weight of prompt tokens (responses and EOS weigh 1)
+    mix: tuple = ()  # overrides of MIXES[task], as (key, value) pairs
+    threads: int = 1  # fixed, so the numerics (and so the weights) do not depend on the machine
+    seed: int = 0
+
+
+_TINY = Budget(n_layer=2, n_embd=48, n_head=2, steps=40, batch_size=16, lr=1e-2, warmup=5,
+               n_heldout=32, eval_episodes=8, n_samples=2)
+# BUDGETS[name][task]: "full" is the real default, "tiny" is for tests (seconds, same code path).
+BUDGETS: dict[str, dict[str, Budget]] = {
+    "full": {
+        "sentiment": Budget(n_layer=4, n_embd=128, n_head=4, steps=600, batch_size=48, lr=5e-3,
+                            warmup=40, threads=2, mix=(("observer", 0.6),)),
+        "arithmetic": Budget(n_layer=4, n_embd=128, n_head=4, steps=1800, batch_size=12,
+                             lr=4e-3, warmup=60, threads=2, prompt_weight=0.2,
+                             eval_episodes=512),
+    },
+    "tiny": {"sentiment": _TINY, "arithmetic": _TINY},
+}
+
+
+def resolve_budget(budget: str | None = None) -> str:
+    """The budget name: ``budget``, else ``$CORY_LM_BUDGET``, else "full"."""
+    name = budget or os.environ.get(BUDGET_ENV) or "full"
+    if name not in BUDGETS:
+        raise ValueError(f"unknown LM budget {name!r}; expected one of {sorted(BUDGETS)}")
+    return name
+
+
+def model_dir(task: str, budget: str | None = None) -> Path:
+    """Where the model of ``task`` and ``budget`` is (or will be) cached."""
+    check_task(task)
+    return cache_dir() / "models" / f"{task}-{resolve_budget(budget)}-{VERSIONS[task]}"
+
+
+def reference_lm(task: str, *, budget: str | None = None, verbose: bool = True) -> Path:
+    """Return the folder of ``task``'s pretrained GPT-2 LM and tokenizer, building it once.
+
+    The folder holds ``save_pretrained`` output of a ``GPT2LMHeadModel`` and of the task's
+    tokenizer, plus ``report.json`` (see ``build_report``). ``budget`` picks a preset of
+    ``BUDGETS`` ("full" by default, or ``$CORY_LM_BUDGET``; "tiny" is for tests).
+    """
+    name = resolve_budget(budget)
+    final = model_dir(task, name)
+    return cached_dir(final, lambda out: _launch(task, name, out, verbose=verbose))
+
+
+def _launch(task: str, budget: str, out: Path, verbose: bool = True) -> None:
+    """Run ``build``: in this process, or in a child whose OpenMP threads suit the load.
+
+    OpenMP's wait policy can only be set before torch loads, hence the child process
+    (``_omp_wait_env`` picks the setting).
+    """
+    if BUDGETS[budget][task].threads == 1 or _OMP_WAIT_VARS & set(os.environ):
+        build(task, budget, out, verbose=verbose)
+        return
+    root = str(Path(__file__).resolve().parents[2])
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    wait = _omp_wait_env()
+    env = {**os.environ, **wait, "PYTHONPATH": path}
+    cmd = [sys.executable, "-m", "agents.refmodels", "--worker", task, budget, str(out)]
+    if verbose:
+        print(f"[cory lm] build child with {' '.join(f'{k}={v}' for k, v in wait.items())}",
+              flush=True)
+    else:
+        cmd.append("--quiet")
+    subprocess.run(cmd, env=env, check=True)
+
+
+_OMP_WAIT_VARS = {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"}
+
+
+def _omp_wait_env(load: float | None = None) -> dict[str, str]:
+    """OpenMP wait settings for a build child: short spins when idle, passive when busy.
+
+    ``load`` is the number of busy cores (default: measured now, ``_busy_cores``). The default
+    spin-waiting is slow next to other jobs, fully passive waiting slow on an idle machine
+    (docs/offline-models.md has the timings).
+    """
+    load = _busy_cores() if load is None else load
+    if load > 0.75:
+        return {"OMP_WAIT_POLICY": "PASSIVE"}
+    return {"GOMP_SPINCOUNT": "2000"}
+
+
+def _busy_cores(seconds: float = 0.5) -> float:
+    """How many cores other work keeps busy now (from /proc/stat; else the 1-minute load).
+
+    The load average would still count the build that just finished, so it is only a fallback.
+    """
+    def sample() -> list[int]:
+        with open("/proc/stat") as f:
+            return [int(x) for x in f.readline().split()[1:]]
+
+    try:
+        a = sample()
+        time.sleep(seconds)
+        b = sample()
+    except (OSError, ValueError):
+        return os.getloadavg()[0]
+    delta = [y - x for x, y in zip(a, b)]
+    idle = delta[3] + (delta[4] if len(delta) > 4 else 0)  # idle + iowait
+    return (1 - idle / max(1, sum(delta))) * (os.cpu_count() or 1)
+
+
+def _lr_lambda(b: Budget) -> Callable[[int], float]:
+    """Linear warm-up, then cosine decay to ``min_lr_ratio``."""
+    def f(step: int) -> float:
+        if step < b.warmup:
+            return (step + 1) / b.warmup
+        t = (step - b.warmup) / max(1, b.steps - b.warmup)
+        return b.min_lr_ratio + (1 - b.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t))
+    return f
+
+
+def _new_model(vocab: int, eos: int, b: Budget):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    # gelu_pytorch_tanh: GPT-2's tanh GELU as one fused op (HF's default is five Python ops)
+    config = GPT2Config(vocab_size=vocab, n_positions=b.n_positions, n_embd=b.n_embd,
+                        n_layer=b.n_layer, n_head=b.n_head, activation_function="gelu_pytorch_tanh",
+                        resid_pdrop=0.0, embd_pdrop=0.0,
+                        attn_pdrop=0.0, bos_token_id=eos, eos_token_id=eos, pad_token_id=eos)
+    torch.manual_seed(b.seed)
+    return GPT2LMHeadModel(config)
+
+
+def _common_prefix(ids: torch.Tensor, mask: torch.Tensor) -> int:
+    """Length of the token prefix that every row shares (shorter than the shortest row)."""
+    same = (ids == ids[:1]).all(0) & mask.bool().all(0)
+    n = int(same.long().cumprod(0).sum())
+    return min(n, int(mask.sum(1).min()) - 1)
+
+
+def lm_loss(model, ids: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor,
+            min_shared: int = 16) -> torch.Tensor:
+    """Weighted mean next-token NLL of right-padded rows that start at position 0.
+
+    ``weights[i, t]`` weighs the prediction of ``ids[i, t]`` (see ``_pad``). Rows that share a
+    long prefix (the arithmetic one-shot prompt) have it computed once and its keys/values
+    repeated for every row: the same loss and gradient, up to rounding, for less compute.
+    """
+    ce = torch.nn.functional.cross_entropy
+    shared = _common_prefix(ids, mask)
+    if shared < min_shared:
+        logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
+        nll = ce(logits.transpose(1, 2), ids[:, 1:], reduction="none")
+        return (nll * weights[:, 1:]).sum() / weights.sum()
+    from transformers import DynamicCache
+
+    batch = ids.shape[0]
+    cache = DynamicCache()
+    kw = cache_kwarg(model.transformer)
+    pre = model.transformer(input_ids=ids[:1, :shared], use_cache=True, **{kw: cache})
+    cache.batch_repeat_interleave(batch)
+    pos = torch.arange(shared, ids.shape[1]).expand(batch, -1)
+    hidden = model.transformer(input_ids=ids[:, shared:], attention_mask=mask, position_ids=pos,
+                               use_cache=True, **{kw: cache}).last_hidden_state
+    pre_hidden = pre.last_hidden_state[0]  # (shared, E), the same for every row
+    pre_nll = ce(model.lm_head(pre_hidden[:-1]).float(), ids[0, 1:shared], reduction="none")
+    last = pre_hidden[-1:].expand(batch, 1, -1)
+    logits = model.lm_head(torch.cat([last, hidden[:, :-1]], dim=1)).float()
+    nll = ce(logits.transpose(1, 2), ids[:, shared:], reduction="none")
+    total = (pre_nll * weights[:, 1:shared].sum(0)).sum() + (nll * weights[:, shared:]).sum()
+    return total / weights.sum()
+
+
+def _fast_bf16() -> bool:
+    """Whether this CPU has native bf16 matmuls (then training autocasts to bf16, ~1.6x faster)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return bool(re.search(r"\b(avx512_bf16|amx_bf16)\b", flags))
+
+
+def _train(model, seqs: Sequences, b: Budget, pad: int, log=print) -> dict:
+    """AdamW on the padded sequences (loss on every real token, EOS included)."""
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "wpe" not in n]
+    other = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "wpe" not in n)]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": b.weight_decay},
+                             {"params": other, "weight_decay": 0.0}],
+                            lr=b.lr, betas=(0.9, 0.95), eps=1e-8, fused=True)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(b))
+    model.train()
+    bf16 = _fast_bf16()
+    start, tokens, recent = time.perf_counter(), 0, []
+    for step, batch in enumerate(batches(seqs, b.batch_size, b.steps, b.seed)):
+        ids, mask, weights = pad_rows(seqs, batch, pad, b.prompt_weight)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = lm_loss(model, ids, mask, weights)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        tokens += int(mask.sum())
+        recent = (recent + [loss.item()])[-20:]
+        if log and (step + 1) % max(1, b.steps // 6) == 0:
+            log(f"  step {step + 1}/{b.steps}  loss {np.mean(recent):.3f}  "
+                f"{time.perf_counter() - start:.0f}s")
+    model.eval()
+    return {"steps": b.steps, "batch_size": b.batch_size, "tokens": tokens,
+            "final_loss": float(np.mean(recent)), "seconds": time.perf_counter() - start,
+            "autocast": "bf16" if bf16 else "none", "threads": torch.get_num_threads()}
+
+
+@contextlib.contextmanager
+def _threads(n: int) -> Iterator[None]:
+    """Run torch ops on ``n`` intra-op threads inside the block."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def build(task: str, budget: str, out: Path, verbose: bool = True) -> None:
+    """Train ``task``'s LM with ``budget`` into ``out``; write its report there."""
+    log = print if verbose else None
+    b = BUDGETS[budget][task]
+    with _threads(b.threads):
+        t0 = time.perf_counter()
+        data = TrainingData(task, dict(b.mix))
+        seqs = data.sequences(b.steps * b.batch_size, TRAIN_SEED)
+        longest = max(len(s) for s in seqs.ids)
+        if longest > b.n_positions:
+            raise ValueError(f"{task} sequences reach {longest} tokens > {b.n_positions}")
+        model = _new_model(len(data.tok), data.eos, b)
+        if log:
+            n = sum(p.numel() for p in model.parameters())
+            log(f"[cory lm] building {task}-{budget}: {n / 1e6:.2f}M params, "
+                f"{len(seqs.ids)} sequences, data {time.perf_counter() - t0:.1f}s")
+        train = _train(model, seqs, b, data.eos, log)
+        from .measure import build_report, format_report
+
+        model.save_pretrained(str(out))
+        data.tok.save_pretrained(str(out))
+        meta = {"task": task, "budget": budget, "version": VERSIONS[task],
+                "budget_settings": asdict(b),
+                "train": train, "build_seconds": None}
+        (out / "build.json").write_text(json.dumps(meta, indent=1))
+        report = build_report(task, out, model=model)
+        meta["build_seconds"] = report["build_seconds"] = time.perf_counter() - t0
+        (out / "build.json").write_text(json.dumps(meta, indent=1))
+        (out / "report.json").write_text(json.dumps(report, indent=1))
+        if log:
+            log(format_report(report))
+
+
+def rebuild(task: str, budget: str, verbose: bool = True) -> Path:
+    """Build anew even if cached: the old folder is moved aside, then removed."""
+    remove_dir(model_dir(task, budget))
+    return reference_lm(task, budget=budget, verbose=verbose)

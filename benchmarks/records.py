@@ -1,0 +1,188 @@
+"""A benchmark run's records as numbers: lookups, per-seed curves, finals, mean ± std.
+
+Everything here reads plain records (the rows of ``metrics.jsonl`` and ``eval.jsonl``) and
+never touches a model. Conventions (printed in the report too):
+
+* A **final** value is the mean of the last ``window`` iterations of one seed's curve; tables
+  show mean ± std over seeds (sample std, ddof=1; 0 for a single seed).
+* A two-agent method's **stand-alone** numbers are those of its *pioneer* at each iteration
+  (the model answering alone, as single PPO does); its models are also shown one by one
+  (LLM1 = ``llm_0``, LLM2 = ``llm_1``, as in the paper's plots).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from agents.runlog import read_jsonl
+
+KNOWN_REWARD_RANGE = {"arithmetic": 1.0, "gsm8k": 1.0}  # exact-match rewards lie in [0, 1]
+
+
+def select(rows: Iterable[dict], **match) -> list[dict]:
+    """The rows whose fields equal every keyword given."""
+    return [r for r in rows if all(r.get(k) == v for k, v in match.items())]
+
+
+def ordered(values: Iterable) -> list:
+    """Distinct values in first-seen order."""
+    return list(dict.fromkeys(values))
+
+
+# ------------------------------------------------------------------------------- statistics
+@dataclass(frozen=True)
+class Stat:
+    """A mean ± std over n seeds."""
+
+    mean: float
+    std: float
+    n: int
+
+    def __str__(self) -> str:
+        if self.n == 0:
+            return "–"
+        return f"{fmt(self.mean)} ± {fmt(self.std)}"
+
+
+def fmt(x: float) -> str:
+    """A compact number for tables: 3 significant digits, scientific when tiny or huge."""
+    if x is None or not math.isfinite(x):
+        return "nan"
+    if x != 0 and (abs(x) < 1e-3 or abs(x) >= 1e5):
+        return f"{x:.2e}"
+    return f"{x:.3g}"
+
+
+def mean_std(values: Sequence[float]) -> Stat:
+    """Mean and sample standard deviation (ddof=1; 0 for one value) of finite values."""
+    xs = np.array([v for v in values if v is not None and math.isfinite(v)], dtype=np.float64)
+    if len(xs) == 0:
+        return Stat(float("nan"), float("nan"), 0)
+    return Stat(float(xs.mean()), float(xs.std(ddof=1)) if len(xs) > 1 else 0.0, len(xs))
+
+
+def curves(rows: Iterable[dict], field: str, **match) -> dict[int, list[float]]:
+    """Per-seed curves of a field over iterations, for the rows matching the keywords."""
+    by_seed: dict[int, dict[int, float]] = defaultdict(dict)
+    for r in select(rows, **match):
+        if field in r and r[field] is not None:
+            by_seed[r["seed"]][r["iteration"]] = float(r[field])
+    return {s: [pts[i] for i in sorted(pts)] for s, pts in sorted(by_seed.items())}
+
+
+def final_value(curve: Sequence[float], window: int) -> float:
+    """The mean of a curve's last `window` points."""
+    return float(np.mean(curve[-window:])) if len(curve) else float("nan")
+
+
+def final_stat(rows: Iterable[dict], field: str, window: int, **match) -> Stat:
+    """Final value (mean of the last `window` iterations) per seed, then mean ± std over seeds."""
+    return mean_std([final_value(c, window) for c in curves(rows, field, **match).values()])
+
+
+def mean_curve(per_seed: dict[int, list[float]]) -> tuple[np.ndarray, np.ndarray]:
+    """Pointwise mean and std over seeds, over the iterations every seed reached."""
+    if not per_seed:
+        return np.zeros(0), np.zeros(0)
+    n = min(len(c) for c in per_seed.values())
+    stack = np.array([c[:n] for c in per_seed.values()], dtype=np.float64)
+    return stack.mean(0), stack.std(0, ddof=1) if len(stack) > 1 else np.zeros(n)
+
+
+def moving_average(curve: Sequence[float], window: int) -> np.ndarray:
+    """Trailing means of `window` points (the first point is the mean of the first window)."""
+    x = np.asarray(curve, dtype=np.float64)
+    if len(x) < window:
+        return x[-1:] if len(x) else x
+    return np.convolve(x, np.ones(window) / window, mode="valid")
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples with c correct: 1 - C(n-c, k) / C(n, k)."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
+    return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
+
+
+def copy_rate(pioneer_texts: Sequence[str], observer_texts: Sequence[str]) -> float:
+    """Share of episodes whose observer answer equals the pioneer's verbatim (after strip)."""
+    if len(pioneer_texts) != len(observer_texts):
+        raise ValueError(f"texts are not aligned: {len(pioneer_texts)} pioneer vs "
+                         f"{len(observer_texts)} observer")
+    if not pioneer_texts:
+        return float("nan")
+    same = sum(p.strip() == o.strip() for p, o in zip(pioneer_texts, observer_texts))
+    return same / len(pioneer_texts)
+
+
+class RunData:
+    """A run folder's records with the lookups the report needs."""
+
+    def __init__(self, rows: list[dict], evals: list[dict] | None = None,
+                 config: dict | None = None, window: int | None = None):
+        self.rows, self.evals, self.config = rows, evals or [], config or {}
+        self.window = window or int(self.config.get("final_window", 5))
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike) -> RunData:
+        """Read metrics.jsonl, eval.jsonl and run_config.json from a run folder."""
+        folder = Path(folder)
+        config = {}
+        if (folder / "run_config.json").exists():
+            config = json.loads((folder / "run_config.json").read_text())
+        return cls(read_jsonl(folder / "metrics.jsonl"), read_jsonl(folder / "eval.jsonl"),
+                   config)
+
+    def tasks(self) -> list[str]:
+        """Tasks in run order."""
+        return ordered(r["task"] for r in self.rows)
+
+    def etas(self, task: str) -> list:
+        """KL-coefficient settings run on a task (None = the preset's own)."""
+        return ordered(r["sweep_eta"] for r in select(self.rows, task=task))
+
+    def methods(self, task: str, eta=None) -> list[str]:
+        """Methods run on a task at one eta."""
+        return ordered(r["method"] for r in select(self.rows, task=task, sweep_eta=eta))
+
+    def agents(self, task: str, method: str) -> list[str]:
+        """The method's models (llm_0 and, for two-agent methods, llm_1)."""
+        return sorted(ordered(r["agent"] for r in select(self.rows, task=task, method=method)))
+
+    def two_agent(self, task: str, method: str) -> bool:
+        """True when the method trains two models."""
+        return len(self.agents(task, method)) > 1
+
+    def standalone(self, task: str, method: str, eta) -> dict:
+        """Matching keywords for the model answering alone: PPO's only model, else the pioneer."""
+        base = {"task": task, "method": method, "sweep_eta": eta}
+        return {**base, "role": "pioneer"} if self.two_agent(task, method) else base
+
+    def stat(self, field: str, **match) -> Stat:
+        """Final-value mean ± std over seeds."""
+        return final_stat(self.rows, field, self.window, **match)
+
+    def reward_range(self, task: str) -> float:
+        """The task's reward range: known for exact-match tasks, else the observed span."""
+        if task in KNOWN_REWARD_RANGE:
+            return KNOWN_REWARD_RANGE[task]
+        values = [r["task_reward"] for r in select(self.rows, task=task)]
+        return float(max(values) - min(values)) if values else 0.0
+
+    def series(self, task: str, method: str, eta) -> list[tuple[str, dict]]:
+        """(label, match) of each model of a method, named as in the paper's plots."""
+        if not self.two_agent(task, method):
+            return [(method, {"task": task, "method": method, "sweep_eta": eta})]
+        return [(f"{method} LLM{i + 1}", {"task": task, "method": method, "sweep_eta": eta,
+                                          "agent": a})
+                for i, a in enumerate(self.agents(task, method))]

@@ -1,0 +1,63 @@
+"""The offline tasks' byte-level BPE tokenizers, trained from their corpora and cached.
+
+Trained in seconds on a CPU, cached under ``cache_dir()`` and memoised in-process, so no
+network or model hub is ever needed.
+"""
+
+import functools
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+from . import corpus
+from .cache import cache_dir, cached_dir
+
+EOS = "<|endoftext|>"
+TASKS = ("sentiment", "arithmetic")
+_VOCAB_SIZE = {"sentiment": 1024, "arithmetic": 768}
+_TOKENIZER_TEXTS = 4000
+_TEMPLATE_TEXTS = {
+    "sentiment": [corpus.REWRITE_TEMPLATE.format(text="", query="")],
+    "arithmetic": [corpus.arith_prompt("", "")],
+}
+
+def _train_tokenizer(task: str, out: Path) -> None:
+    """Train a byte-level BPE with single-digit tokens on ``task``'s texts; save it to ``out``."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=_VOCAB_SIZE[task],
+        special_tokens=[EOS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    texts = _TEMPLATE_TEXTS[task] + corpus.pretraining_texts(task, _TOKENIZER_TEXTS, seed=0)
+    tok.train_from_iterator(texts, trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token=EOS, eos_token=EOS, unk_token=EOS, pad_token=EOS
+    )
+    fast.save_pretrained(str(out))
+
+
+# Per task: bump when the corpus the tokenizer is trained on changes (and the LM's version too).
+TOKENIZER_VERSIONS = {"sentiment": "v1", "arithmetic": "v2"}
+
+
+@functools.cache
+def _load_tokenizer(task: str, root: str) -> PreTrainedTokenizerFast:
+    """Load (building first if needed) the tokenizer of ``task`` under cache root ``root``."""
+    final = Path(root) / "tokenizers" / f"{task}-{TOKENIZER_VERSIONS[task]}"
+    path = cached_dir(final, lambda out: _train_tokenizer(task, out))
+    return AutoTokenizer.from_pretrained(str(path))
+
+
+def task_tokenizer(task: str) -> PreTrainedTokenizerFast:
+    """Return the byte-level BPE tokenizer for "sentiment" or "arithmetic" (cached, memoised)."""
+    if task not in TASKS:
+        raise ValueError(f"unknown task {task!r}; expected one of {TASKS}")
+    return _load_tokenizer(task, str(cache_dir()))

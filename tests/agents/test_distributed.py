@@ -1,0 +1,440 @@
+"""Multi-process training (2 CPU ranks over gloo) and device placement.
+
+Run as a script under torchrun, this file is also the worker of the 2-process test:
+    torchrun --nproc_per_node 2 tests/test_distributed.py --model DIR --out DIR
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from helpers import WORDS, ToyTask
+
+import cory_env
+from cory_env import Query
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class ShardToyTask(ToyTask):
+    """The toy task with 32 distinct prompts, so two ranks' batches can be disjoint."""
+
+    name = "shardtoy"
+    PROMPTS = [f"{s} {v} {w}" for s in ("the movie", "the plot", "the acting", "it")
+               for v in ("was", "is very") for w in ("good", "bad", "great", "awful")]
+
+
+cory_env.register_task("toy", ToyTask)
+cory_env.register_task("shardtoy", ShardToyTask)
+
+
+def config(model, method="cory", **kw):
+    from agents.ppo import PPOConfig
+    from agents.train import TrainConfig
+
+    batch = kw.pop("batch_size", 8)
+    ppo = PPOConfig(batch_size=batch, mini_batch_size=4, ppo_epochs=2, lr=3e-3,
+                    init_kl_coef=0.05)
+    return TrainConfig(task=kw.pop("task", "shardtoy"), method=method, model=model,
+                       batch_size=batch, ppo=ppo, iterations=kw.pop("iterations", 3), **kw)
+
+
+def checksum(trainer) -> str:
+    """sha256 over every agent's (and the critic's) trainable tensors, in a fixed order."""
+    h = hashlib.sha256()
+    policies = dict(trainer.learner.policies)
+    if getattr(trainer.learner, "critic", None) is not None:
+        policies["critic"] = trainer.learner.critic
+    for name in sorted(policies):
+        for p in policies[name].trainable_parameters():
+            h.update(p.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def numbers(metrics):
+    return {k: v for k, v in metrics.items() if not k.startswith("time_") and k != "world_size"}
+
+
+# ----------------------------------------------------------------------------- the worker
+
+def worker(argv) -> None:
+    """One rank: 3 CORY iterations (roles exchanged at 1, NaN rewards on rank 1 at 2), then 2
+    MAPPO iterations (its centralized critic is DDP-wrapped too). With --fsdp: the FSDP runs
+    of `fsdp_rank` instead."""
+    import argparse
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--model")
+    p.add_argument("--out")
+    p.add_argument("--fsdp", action="store_true")
+    args = p.parse_args(argv)
+    if args.fsdp:
+        fsdp_rank(args.model, args.out)
+    else:
+        run_rank(args.model, args.out, "cory", iterations=3, poison_iteration=2)
+        run_rank(args.model, args.out, "mappo", iterations=3, poison_iteration=1)
+    import torch.distributed as dist
+
+    if dist.is_initialized():  # leave together: a rank exiting mid-teardown aborts gloo
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def run_rank(model, out, method, iterations, poison_iteration) -> None:
+    from agents.distributed import DistributedTrainer, make_accelerator
+
+    acc = make_accelerator(cpu=True)
+    trainer = DistributedTrainer(config(model, method, t_rex=1, iterations=iterations), acc)
+    rank = trainer.rank
+    update = trainer.learner.update
+
+    def poisoned_update(turns, iteration):  # rank 1 alone gets NaN rewards
+        if rank == 1 and iteration == poison_iteration:
+            for turn in turns.values():
+                turn.reward = torch.full_like(turn.reward, float("nan"))
+        return update(turns, iteration)
+
+    trainer.learner.update = poisoned_update
+    record = {"rank": rank, "world_size": trainer.world_size, "init": checksum(trainer),
+              "checksums": [], "queries": [], "local": [], "reduced": []}
+    for metrics in trainer.run():
+        record["checksums"].append(checksum(trainer))
+        record["queries"].append([q.text for q in trainer.env.turn("llm_0")["queries"]])
+        keep = ("role", "task_reward", "skipped_batches", "optimizer_steps", "beta")
+        for src, dst in ((trainer.local_metrics, "local"), (metrics, "reduced")):
+            record[dst].append({a: {k: src[a][k] for k in keep} for a in ("llm_0", "llm_1")})
+    trainer.save(os.path.join(out, f"{method}.pt"))
+    with open(os.path.join(out, f"{method}{rank}.json"), "w") as f:
+        json.dump(record, f)
+
+
+def fsdp_rank(model, out) -> None:
+    """CORY under DDP, then under FSDP (uninterrupted, and saved + resumed), then MAPPO, then
+    CORY under bf16 autocast with DDP and with FSDP."""
+    from torch.distributed.tensor import DTensor
+
+    from agents import speed
+    from agents.distributed import DistributedTrainer, make_accelerator
+
+    acc = make_accelerator(cpu=True)
+
+    def trainer(sharding, method="cory", iterations=3):
+        cfg = config(model, method, t_rex=1, iterations=iterations)
+        return DistributedTrainer(cfg, acc, sharding=sharding)
+
+    record = {"metrics": {}}
+    for name, sharding in (("ddp", "ddp"), ("fsdp", "fsdp")):
+        t = trainer(sharding)
+        record["metrics"][name] = [numbers(m) for m in t.run()]
+        t.save(os.path.join(out, f"{name}.pt"))
+    weight = trainer("fsdp").learner.policies["llm_0"].hf_model.transformer.h[0].mlp.c_fc.weight
+    record["shard_rows"] = [weight.to_local().shape[0], weight.shape[0]] \
+        if isinstance(weight, DTensor) else None
+    head = trainer("fsdp")
+    head.step()
+    record["queries"] = [q.text for q in head.env.turn("llm_0")["queries"]]
+    head.step()
+    head.save(os.path.join(out, "fsdp-head.pt"))
+    tail = trainer("fsdp")
+    tail.load(os.path.join(out, "fsdp-head.pt"))
+    record["metrics"]["fsdp_resumed"] = [numbers(m) for m in tail.run()]
+    tail.save(os.path.join(out, "fsdp-resumed.pt"))
+    critic = trainer("fsdp", "mappo", iterations=2)
+    record["metrics"]["mappo"] = [numbers(m) for m in critic.run()]
+    for sharding in ("ddp", "fsdp"):  # bf16 autocast: the reference copy is stored in bf16
+        cfg = config(model, "cory", t_rex=1, iterations=2, mixed_precision="bf16")
+        t = DistributedTrainer(cfg, acc, sharding=sharding)
+        record["metrics"][f"{sharding}_bf16"] = [numbers(m) for m in t.run()]
+        frozen = speed.frozen_matmuls(t.learner.policies["llm_0"])
+        record[f"{sharding}_bf16_frozen"] = sorted({str(m.weight.dtype) for m in frozen})
+    with open(os.path.join(out, f"fsdp{critic.rank}.json"), "w") as f:
+        json.dump(record, f)
+
+
+# ----------------------------------------------------------------------------- tests
+
+def test_two_cpu_ranks_share_weights_and_split_the_data(toy_lm, tmp_path):
+    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+           "2", os.path.abspath(__file__), "--model", toy_lm, "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout[-3000:] + "\n".join(
+        line for line in proc.stderr.splitlines() if "Error" in line or "error" in line)[-6000:]
+    r0, r1 = (json.load(open(tmp_path / f"cory{r}.json")) for r in (0, 1))
+    assert r0["world_size"] == r1["world_size"] == 2
+    # identical weights on both ranks after every iteration, and the updates did move them
+    assert r0["init"] == r1["init"]
+    assert r0["checksums"] == r1["checksums"]
+    assert r0["checksums"][0] != r0["init"] and r0["checksums"][1] != r0["checksums"][0]
+    # each rank saw its own prompts: disjoint within every iteration
+    for q0, q1 in zip(r0["queries"], r1["queries"]):
+        assert len(q0) == len(q1) == 8 and not set(q0) & set(q1)
+    # role exchange happened on both ranks at iteration 1 (t_rex=1)
+    for r in (r0, r1):
+        assert [m["llm_1"]["role"] for m in r["local"]] == ["observer", "pioneer", "observer"]
+    # iteration 2: rank 1's rewards are NaN, so BOTH ranks skipped every minibatch (no hang)
+    for r in (r0, r1):
+        for it in (0, 1):
+            assert all(r["local"][it][a]["skipped_batches"] == 0 for a in ("llm_0", "llm_1"))
+        for a in ("llm_0", "llm_1"):
+            assert r["local"][2][a]["optimizer_steps"] == 0
+            assert r["local"][2][a]["skipped_batches"] == 4  # 2 epochs x 2 minibatches
+    assert r0["checksums"][2] == r0["checksums"][1]
+    # metrics are averaged over ranks; the KL coefficient (global KL) agrees across ranks
+    for it in range(3):
+        for a in ("llm_0", "llm_1"):
+            mean = (r0["local"][it][a]["task_reward"] + r1["local"][it][a]["task_reward"]) / 2
+            assert r0["reduced"][it][a]["task_reward"] == pytest.approx(mean)
+            assert r0["local"][it][a]["beta"] == r1["local"][it][a]["beta"]
+    # one checkpoint, written by rank 0, with both ranks' RNG states
+    state = torch.load(tmp_path / "cory.pt", weights_only=False)
+    assert state["world_size"] == 2 and len(state["ranks"]) == 2 and state["iteration"] == 3
+    # MAPPO: actors and the centralized critic stay identical, on disjoint data; at iteration 1
+    # rank 1's NaN returns make both ranks skip every actor AND critic minibatch (no hang)
+    m0, m1 = (json.load(open(tmp_path / f"mappo{r}.json")) for r in (0, 1))
+    assert m0["init"] == m1["init"] and m0["checksums"] == m1["checksums"]
+    assert m0["checksums"][0] != m0["init"] and m0["checksums"][2] != m0["checksums"][1]
+    assert m0["checksums"][1] == m0["checksums"][0]
+    assert all(not set(q0) & set(q1) for q0, q1 in zip(m0["queries"], m1["queries"]))
+
+
+def _tensors(obj, prefix=""):
+    """Every tensor inside a (nested) checkpoint, by path."""
+    if isinstance(obj, torch.Tensor):
+        return {prefix: obj}
+    if isinstance(obj, dict):
+        items = obj.items()
+    elif isinstance(obj, (list, tuple)):
+        items = enumerate(obj)
+    else:
+        return {}
+    out = {}
+    for k, v in items:
+        out.update(_tensors(v, f"{prefix}/{k}"))
+    return out
+
+
+def test_fsdp_matches_ddp_shards_the_weights_and_resumes_exactly(toy_lm, tmp_path):
+    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+           "2", os.path.abspath(__file__), "--model", toy_lm, "--out", str(tmp_path), "--fsdp"]
+    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + "\n".join(
+        line for line in proc.stderr.splitlines() if "Error" in line or "error" in line)[-6000:]
+    r0, r1 = (json.load(open(tmp_path / f"fsdp{r}.json")) for r in (0, 1))
+    # each rank holds half of every sharded weight (dim 0 split over 2 ranks)
+    assert r0["shard_rows"] == r1["shard_rows"] and r0["shard_rows"][0] * 2 == \
+        r0["shard_rows"][1]
+    assert not set(r0["queries"]) & set(r1["queries"])  # ranks saw different prompts
+    ddp, fsdp = r0["metrics"]["ddp"], r0["metrics"]["fsdp"]
+    for a, b in zip(ddp, fsdp):  # same episodes, same learning up to summation order
+        for agent in ("llm_0", "llm_1"):
+            assert a[agent]["role"] == b[agent]["role"]
+            assert b[agent]["task_reward"] == pytest.approx(a[agent]["task_reward"], abs=1e-6)
+            assert b[agent]["kl"] == pytest.approx(a[agent]["kl"], rel=1e-4, abs=1e-6)
+    # checkpoints hold full tensors in the unsharded layout: FSDP's equal DDP's to rounding
+    d = _tensors(torch.load(tmp_path / "ddp.pt", weights_only=False))
+    f = _tensors(torch.load(tmp_path / "fsdp.pt", weights_only=False))
+    weights = [k for k in d if k.startswith("/policies/") or "/optimizer/state/" in k]
+    assert weights and set(weights) <= set(f)
+    for k in weights:  # atol: the attention key bias has a zero gradient up to rounding, and
+        assert f[k].shape == d[k].shape, k  # Adam turns that rounding noise into ~lr/100 steps
+        assert torch.allclose(f[k].float(), d[k].float(), atol=5e-5, rtol=1e-4), k
+    # killed after 2 iterations and resumed: the same run, bit for bit
+    assert r0["metrics"]["fsdp"][:2] + r0["metrics"]["fsdp_resumed"] == r0["metrics"]["fsdp"]
+    resumed = _tensors(torch.load(tmp_path / "fsdp-resumed.pt", weights_only=False))
+    for k in weights:
+        assert torch.equal(resumed[k], f[k]), k
+    # MAPPO's sharded critic trains too
+    assert all(m["llm_0"]["optimizer_steps"] > 0 for m in r0["metrics"]["mappo"])
+    # under bf16 autocast the (sharded) reference copy is stored in bf16, and FSDP still
+    # learns what DDP does
+    assert r0["ddp_bf16_frozen"] == r0["fsdp_bf16_frozen"] == ["torch.bfloat16"]
+    for a, b in zip(r0["metrics"]["ddp_bf16"], r0["metrics"]["fsdp_bf16"]):
+        for agent in ("llm_0", "llm_1"):
+            assert b[agent]["task_reward"] == pytest.approx(a[agent]["task_reward"], abs=1e-6)
+            assert b[agent]["kl"] == pytest.approx(a[agent]["kl"], rel=1e-2, abs=1e-4)
+            assert b[agent]["optimizer_steps"] > 0
+
+
+def test_fsdp_checkpoint_loads_into_a_plain_trainer(toy_lm, tmp_path):
+    """A full-tensor checkpoint (the FSDP layout) restores a single-process Trainer."""
+    from agents.train import Trainer
+
+    first = Trainer(config(toy_lm, "cory", task="toy"))
+    first.step()
+    first.save(str(tmp_path / "c.pt"))
+    other = Trainer(config(toy_lm, "cory", task="toy"))
+    other.load(str(tmp_path / "c.pt"))
+    for a in ("llm_0", "llm_1"):
+        for p, q in zip(first.learner.policies[a].trainable_parameters(),
+                        other.learner.policies[a].trainable_parameters()):
+            assert torch.equal(p, q)
+
+
+def test_fsdp_without_a_launcher_says_how_to_start(toy_lm):
+    from agents.distributed import DistributedTrainer, make_accelerator
+
+    with pytest.raises(ValueError, match="needs a process group: start the script with torchrun"):
+        DistributedTrainer(config(toy_lm, "cory", task="toy"), make_accelerator(cpu=True),
+                           sharding="fsdp")
+    with pytest.raises(ValueError, match="sharding must be 'ddp' or 'fsdp', got 'zero3'"):
+        DistributedTrainer(config(toy_lm, "cory", task="toy"), make_accelerator(cpu=True),
+                           sharding="zero3")
+
+
+def test_fsdp_refuses_what_it_cannot_shard():
+    from types import SimpleNamespace
+
+    from agents.distributed.fsdp import check_shardable
+
+    base = object()
+    with pytest.raises(ValueError, match="llm_0 and llm_1 share one base model"):
+        check_shardable({"llm_0": SimpleNamespace(model=base, is_quantized=False),
+                         "llm_1": SimpleNamespace(model=base, is_quantized=False)})
+    with pytest.raises(ValueError, match=r"4-bit weights \(llm_1\)"):
+        check_shardable({"llm_0": SimpleNamespace(model=object(), is_quantized=False),
+                         "llm_1": SimpleNamespace(model=object(), is_quantized=True)})
+
+
+def test_a_token_cap_or_compiled_passes_are_refused_across_processes():
+    from agents.distributed.trainer import check_single_process_options
+    from agents.ppo import PPOConfig
+    from agents.train import TrainConfig
+
+    capped = TrainConfig(batch_size=8, ppo=PPOConfig(batch_size=8, mini_batch_size=8,
+                                                     max_tokens_per_pass=256))
+    with pytest.raises(ValueError, match="ppo.max_tokens_per_pass=256 is single-proc"):
+        check_single_process_options(capped)
+    with pytest.raises(ValueError, match="torch_compile=True is single-process only"):
+        check_single_process_options(TrainConfig(torch_compile=True))
+    check_single_process_options(TrainConfig())  # the default is fine
+
+
+def test_one_process_equals_the_plain_trainer(toy_lm):
+    from agents.distributed import DistributedTrainer, SyncedPolicy, make_accelerator
+    from agents.train import Trainer
+
+    plain = [numbers(m) for m in Trainer(config(toy_lm, "cory", task="toy")).run()]
+    dist = DistributedTrainer(config(toy_lm, "cory", task="toy"), make_accelerator(cpu=True))
+    assert all(isinstance(a.policy, SyncedPolicy) for a in dist.learner.agents.values())
+    assert [numbers(m) for m in dist.run()] == plain
+
+
+@pytest.mark.parametrize("method", ["cory", "mappo"])
+def test_distributed_checkpoint_resumes_exactly(toy_lm, tmp_path, method):
+    from agents.distributed import DistributedTrainer, make_accelerator
+
+    acc = make_accelerator(cpu=True)
+    full = [numbers(m) for m in DistributedTrainer(config(toy_lm, method, t_rex=1), acc).run()]
+    first = DistributedTrainer(config(toy_lm, method, t_rex=1), acc)
+    head = [numbers(first.step()) for _ in range(2)]
+    first.save(str(tmp_path / "ckpt.pt"))
+    resumed = DistributedTrainer(config(toy_lm, method, t_rex=1), acc)
+    resumed.load(str(tmp_path / "ckpt.pt"))
+    assert head + [numbers(m) for m in resumed.run()] == full
+
+
+def test_sharded_queries_split_each_global_batch():
+    from agents.distributed import ShardedQueries
+
+    shards = [ShardedQueries(10, 3, r, 3, seed=1) for r in range(3)]
+    for it in range(4):
+        got = [s(it) for s in shards]
+        flat = [i for g in got for i in g]
+        assert all(len(g) == 3 for g in got)
+        if it == 0:  # the first 9 positions of one permutation: all distinct
+            assert len(set(flat)) == 9
+    # a pure function of the iteration: resumable without state
+    assert shards[1](3) == ShardedQueries(10, 3, 1, 3, seed=1)(3)
+    # one process, batch 1: nine iterations visit each of nine queries once
+    assert sorted(ShardedQueries(9, 1, 0, 1)(it)[0] for it in range(9)) == list(range(9))
+
+
+def test_metric_reduction():
+    from agents.distributed import reduce_metrics
+
+    a = {"llm_0": {"task_reward": 1.0, "role": "pioneer", "samples": ["x"]}, "iteration": 3,
+         "time_update_s": 1.0}
+    b = {"llm_0": {"task_reward": 3.0, "role": "pioneer", "samples": ["y"]}, "iteration": 3,
+         "time_update_s": 2.0}
+    out = reduce_metrics([a, b])
+    assert out == {"llm_0": {"task_reward": 2.0, "role": "pioneer", "samples": ["x"]},
+                   "iteration": 3, "time_update_s": 2.0}
+
+
+def test_entry_point_rejects_a_bad_config_before_loading(monkeypatch, capsys):
+    from agents.distributed import __main__ as distributed
+
+    def boom(*a, **k):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(distributed, "DistributedTrainer", boom)
+    for argv, message in ((["--task", "nope", "--cpu"], "unknown task 'nope'"),
+                          (["--task", "toy", "--batch-size", "12", "--mini-batch-size", "8"],
+                           "batch_size=12 must be divisible"),
+                          (["--iteration", "2"], "unrecognized arguments: --iteration")):
+        with pytest.raises(SystemExit):
+            distributed.main(argv)
+        assert message in capsys.readouterr().err
+
+
+def test_entry_point_logs_every_iteration_and_resumes(toy_lm, tmp_path):
+    from agents.distributed import __main__ as distributed
+
+    args = ["--task", "toy", "--model", toy_lm, "--batch-size", "8", "--mini-batch-size", "4",
+            "--ppo-epochs", "1", "--cpu", "--out", str(tmp_path), "--save-every", "1"]
+    assert distributed.main([*args, "--iterations", "2"]) == 0
+    with open(tmp_path / "metrics.jsonl", "a") as f:  # a crash mid-write leaves a cut line
+        f.write('{"iteration": 2, "llm_0": {"task_re')
+    assert distributed.main([*args, "--iterations", "3", "--resume"]) == 0
+    lines = [json.loads(x) for x in open(tmp_path / "metrics.jsonl")]
+    assert [m["iteration"] for m in lines] == [0, 1, 2]
+    assert all(m["world_size"] == 1 for m in lines)
+    assert torch.load(tmp_path / "checkpoint.pt", weights_only=False)["iteration"] == 3
+
+
+def test_placement_puts_each_module_where_asked(toy_lm):
+    from agents.train import Trainer
+
+    where = {"llm_0": "cpu", "llm_1": "cpu", "critic": "cpu"}
+    trainer = Trainer(config(toy_lm, "mappo", task="toy", iterations=1, placement=where))
+    learner = trainer.learner
+    for agent in ("llm_0", "llm_1"):
+        policy = learner.policies[agent]
+        assert policy.device == torch.device(where[agent])
+        assert {p.device for p in policy.parameters()} == {torch.device(where[agent])}
+        assert next(policy.ref_model.parameters()).device == torch.device(where[agent])
+    assert learner.critic.device == torch.device(where["critic"])
+    assert trainer.step()["llm_0"]["optimizer_steps"] > 0
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 1, reason="needs a CUDA GPU")
+def test_placement_on_cuda(toy_lm):
+    from agents.train import Trainer
+
+    where = {"llm_0": "cuda:0", "llm_1": "cpu"}
+    trainer = Trainer(config(toy_lm, "cory", task="toy", iterations=1, placement=where))
+    for agent, dev in where.items():
+        assert trainer.learner.policies[agent].device == torch.device(dev)
+        assert next(trainer.learner.policies[agent].ref_model.parameters()).device == \
+            torch.device(dev)
+    assert trainer.step()["llm_0"]["optimizer_steps"] > 0
+
+
+def test_query_list_holds_words_of_the_toy_vocabulary():
+    vocab = set(WORDS)
+    for q in ShardToyTask().load_queries("train"):
+        assert isinstance(q, Query) and set(q.text.split()) <= vocab
+
+
+if __name__ == "__main__":
+    worker(sys.argv[1:])

@@ -1,0 +1,315 @@
+"""The benchmark CLI: files it writes, the report's numbers and claims, resume, bad values."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import math
+
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+import benchmarks
+from benchmarks import RunFolder, resolve_config, run_benchmark, runner
+from benchmarks import claims as cl
+from benchmarks import records as rec
+from benchmarks import report as rp
+from benchmarks.run import build_parser, config_from_args, main
+from cory_env.data.tokenizer import task_tokenizer
+
+TASKS = ("sentiment", "arithmetic")
+TINY = ["--iterations", "2", "--batch-size", "4", "--mini-batch-size", "4", "--ppo-epochs", "1",
+        "--max-new-tokens", "5", "--eval-problems", "2", "--eval-samples", "2", "--pass-k", "2",
+        "--final-window", "1", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def tiny_lm(tmp_path_factory):
+    """Tiny random GPT-2s, one per offline task, with that task's vocabulary; '{task}' path."""
+    root = tmp_path_factory.mktemp("tinylm")
+    for task in TASKS:
+        tok = task_tokenizer(task)
+        torch.manual_seed(0)
+        cfg = GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=len(tok), n_positions=256,
+                         eos_token_id=tok.eos_token_id, bos_token_id=tok.eos_token_id)
+        GPT2LMHeadModel(cfg).save_pretrained(root / task)
+    return str(root / "{task}")
+
+
+def numbers(rows):
+    """Records without wall-clock timings, for exact comparison."""
+    return [{k: v for k, v in r.items() if not k.startswith("time_")} for r in rows]
+
+
+# ------------------------------------------------------------------------------- end to end
+def test_quick_run_writes_metrics_tensorboard_plots_and_report(tiny_lm, tmp_path):
+    out = tmp_path / "run"
+    report = main(["--quick", "--model", tiny_lm, "--out", str(out), *TINY])
+    rows = rec.read_jsonl(out / "metrics.jsonl")
+    # 2 tasks x (ppo: 1 agent + cory: 2 agents) x 2 iterations
+    assert len(rows) == 12
+    assert {(r["task"], r["method"], r["agent"]) for r in rows} == {
+        (t, m, a) for t in TASKS for m, a in [("ppo", "llm_0"), ("cory", "llm_0"),
+                                              ("cory", "llm_1")]}
+    assert all(isinstance(r["task_reward"], float) and isinstance(r["samples"], list)
+               for r in rows)
+    assert all("copy_rate" in r for r in rows if r["method"] == "cory" and r["role"] == "observer")
+    with open(out / "metrics.csv") as f:
+        table = list(csv.DictReader(f))
+    assert len(table) == 12 and {"task_reward", "kl", "combined_reward"} <= set(table[0])
+    runs = sorted(p.name for p in (out / "tb").iterdir())
+    assert runs == sorted(f"{t}-{m}-seed0" for t in TASKS for m in ("ppo", "cory"))
+    assert all(any(f.name.startswith("events.out.tfevents") for f in (out / "tb" / r).iterdir())
+               for r in runs)
+    for task in TASKS:
+        png = out / "plots" / f"curves_{task}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    evals = rec.read_jsonl(out / "eval.jsonl")
+    assert {(e["method"], e["model"]) for e in evals} == {
+        ("base", "base"), ("ppo", "llm_0"), ("cory", "llm_0"), ("cory", "llm_1")}
+    assert all(e["task"] == "arithmetic" and 0 <= e["pass@1"] <= e["pass@k"] <= 1 for e in evals)
+    text = report.read_text()
+    for line in ("| ppo | llm_0 |", "| cory | LLM1 (llm_0) |", "| cory | LLM2 (llm_1) |",
+                 "| cory | pioneer |", "### Contribution audit", "Test-split evaluation"):
+        assert line in text, line
+    claims = [ln for ln in text.splitlines() if ln.startswith("- **(")]
+    assert any("(1)" in c and "[sentiment]" in c for c in claims)
+    assert any("(2)" in c and "[arithmetic]" in c for c in claims)
+    assert all(c.count("**") >= 4 and any(s in c for s in (cl.REPRODUCED, cl.NOT_REPRODUCED,
+                                                            cl.NOT_RUN)) for c in claims)
+    assert any("(3)" in c and cl.NOT_RUN in c for c in claims)
+    assert json.loads((out / "run_config.json").read_text())["train"]["iterations"] == 2
+
+
+def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_lm, tmp_path):
+    args = ["--tasks", "sentiment", "--methods", "cory", "--t-rex", "1", "--seeds", "3",
+            "--model", tiny_lm, *TINY, "--iterations", "3", "--eval-problems", "0"]
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    cfg, _, _ = config_from_args(build_parser().parse_args(args + ["--out", str(full)]))
+    run_benchmark(cfg, full, progress=False)
+    run_benchmark(cfg, cut, progress=False, stop_after=2)  # "killed" after 2 iterations
+    head = rec.read_jsonl(cut / "metrics.jsonl")
+    assert {r["iteration"] for r in head} == {0, 1}
+    stray = [dict(r, iteration=2, task_reward=123.0) for r in head if r["iteration"] == 1]
+    with open(cut / "metrics.jsonl", "a") as f:  # a line written after the last checkpoint
+        f.write("".join(json.dumps(r) + "\n" for r in stray) + '{"torn')
+    main(["--resume", "--out", str(cut), "--no-progress"])
+    assert numbers(rec.read_jsonl(cut / "metrics.jsonl")) == numbers(
+        rec.read_jsonl(full / "metrics.jsonl"))
+    with open(cut / "metrics.csv") as a, open(full / "metrics.csv") as b:
+        drop = {"time_rollout_s", "time_update_s"}
+        assert [{k: v for k, v in r.items() if k not in drop} for r in csv.DictReader(a)] == \
+            [{k: v for k, v in r.items() if k not in drop} for r in csv.DictReader(b)]
+    assert (cut / "report.md").exists()
+    before = (cut / "metrics.jsonl").read_text()
+    main(["--resume", "--out", str(cut), "--no-progress"])  # finished runs are skipped
+    assert (cut / "metrics.jsonl").read_text() == before
+
+
+def test_resume_refuses_other_settings(tmp_path):
+    cfg = resolve_config("offline", iterations=5)
+    RunFolder(tmp_path).start(cfg)
+    args = build_parser().parse_args(["--resume", "--out", str(tmp_path), "--iterations", "7"])
+    with pytest.raises(ValueError, match="iterations: saved 5, given 7"):
+        config_from_args(args)
+    same = build_parser().parse_args(["--resume", "--out", str(tmp_path), "--iterations", "5"])
+    assert config_from_args(same)[0].train.iterations == 5
+    assert config_from_args(build_parser().parse_args(["--resume", "--out", str(tmp_path)]))[2]
+    with pytest.raises(ValueError, match="already holds a run"):
+        RunFolder(tmp_path).start(cfg)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--tasks", "sentiment,mnist"], "unknown task 'mnist'"),
+    (["--methods", "ppo,sac"], "unknown method 'sac'"),
+    (["--preset", "huge"], "invalid choice: 'huge'"),
+    (["--batch-size", "12", "--mini-batch-size", "8"], "PPOConfig.batch_size=12 must be divisible"),
+    (["--iterations", "0"], "iterations must be a positive integer, got 0"),
+    (["--max-tokens-per-pass", "-5"], "max_tokens_per_pass must be None or a positive int"),
+    (["--old-logprobs", "decode"], "PPOConfig.old_logprobs must be one of ('auto', 'sampler', "
+                                   "'recompute'), got 'decode'"),
+    (["--eta-sweep", "1e-3,-1"], "eta_sweep values must be positive"),
+    (["--eval-samples", "2", "--pass-k", "4"], "pass_k 4 exceeds eval_samples 2"),
+    (["--task-options", "reward_model=x", "--tasks", "arithmetic"], "task option 'reward_model'"),
+    (["--resume"], "--resume needs --out"),
+    (["--iteration", "2"], "unrecognized arguments: --iteration"),  # no abbreviations
+    (["--mixed-precision", "fp16"], "mixed_precision must be one of ('auto', 'bf16', None), got "
+                                    "'fp16'"),
+])
+def test_bad_values_fail_before_any_model_loads(argv, message, capsys, monkeypatch):
+    def no_training(*a, **k):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(runner, "Trainer", no_training)
+    with pytest.raises(SystemExit):
+        main(argv)
+    assert message in capsys.readouterr().err
+
+
+def test_presets_resolve_to_the_papers_settings():
+    cpu = {"device": "cpu"}  # the GPU presets ask for cuda; resolve them here on the CPU
+    imdb = resolve_config("imdb", **cpu)
+    t = imdb.train
+    assert (t.model, t.batch_size, t.ppo.mini_batch_size, t.iterations) == \
+        ("gpt2-large", 256, 256, 100)
+    assert t.sampling.repetition_penalty == 1.1 and t.ppo.kl_penalty == "full" \
+        and t.ppo.adap_kl_ctrl
+    assert t.task_options["reward_model"] == "lvwerra/distilbert-imdb"
+    assert resolve_config("imdb-xl", **cpu).train.model == "gpt2-xl"
+    gsm = resolve_config("gsm8k", **cpu)
+    spec = benchmarks.RunSpec("gsm8k", "ppo", 0)
+    tc_ppo, tc_cory = (benchmarks.train_config(gsm, benchmarks.RunSpec("gsm8k", m, 0))
+                       for m in ("ppo", "cory"))
+    assert (tc_ppo.ppo.lr, tc_cory.ppo.lr) == (1e-5, 1e-4) and spec.key == "gsm8k-ppo-seed0"
+    assert tc_cory.load_in_4bit and tc_cory.lora is not None and tc_cory.eta == 0.01
+    assert (tc_cory.ppo.mini_batch_size, tc_cory.ppo.grad_accum_steps) == (2, 16)
+    assert resolve_config("gsm8k", lr=3e-5, **cpu).lr_by_method == {}  # --lr: one shared lr
+    quick = resolve_config("quick")
+    assert quick.quick and len(quick.seeds) == 1 and quick.train.iterations <= 5
+    sweep = resolve_config("offline", eta_sweep=[1e-3])
+    tc = benchmarks.train_config(sweep, benchmarks.run_specs(sweep)[0])
+    assert tc.ppo.init_kl_coef == 1e-3 and not tc.ppo.adap_kl_ctrl and tc.eta == 1e-3
+    capped = resolve_config("offline", max_tokens_per_pass=512, old_logprobs="sampler")
+    tc = benchmarks.train_config(capped, benchmarks.run_specs(capped)[0])
+    assert tc.ppo.max_tokens_per_pass == 512 and tc.ppo.mini_batch_size == 32
+    assert tc.ppo.old_logprobs == "sampler"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_gpu_preset_without_a_gpu_fails_before_loading():
+    with pytest.raises(ValueError, match="device='cuda' but 0 CUDA device"):
+        resolve_config("gsm8k")
+    with pytest.raises(ValueError, match="model folder '/nowhere/sentiment'"):
+        resolve_config("offline", model="/nowhere/{task}")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available()
+                    or importlib.util.find_spec("bitsandbytes") is None,
+                    reason="needs a CUDA GPU and bitsandbytes")
+def test_gsm8k_preset_runs_in_4bit_on_cuda(tmp_path):
+    """The paper's GSM8K preset (nf4 base + LoRA, per-method lr) end to end, shrunk by --quick,
+    on a tiny random Llama over the offline arithmetic task (no download)."""
+    tok = task_tokenizer("arithmetic")
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=len(tok), max_position_embeddings=1024,
+        eos_token_id=tok.eos_token_id, bos_token_id=tok.eos_token_id)
+    ).save_pretrained(tmp_path / "llama")
+    out = tmp_path / "run"
+    main(["--preset", "gsm8k", "--quick", "--tasks", "arithmetic", "--model",
+          str(tmp_path / "llama"), "--out", str(out), "--no-progress"])
+    rows = rec.read_jsonl(out / "metrics.jsonl")
+    assert {(r["method"], r["agent"]) for r in rows} == {
+        ("ppo", "llm_0"), ("cory", "llm_0"), ("cory", "llm_1")}
+    assert all(r["skipped_batches"] == 0 and math.isfinite(r["loss"]) for r in rows)
+    saved = json.loads((out / "run_config.json").read_text())
+    assert saved["load_in_4bit"] and saved["lora"] and saved["device"] == "cuda"
+
+
+def test_eta_sweep_flag_defaults_to_the_papers_values():
+    args = build_parser().parse_args(["--eta-sweep"])
+    assert args.eta_sweep == [1e-5, 1e-4, 1e-3, 1e-2]
+    assert build_parser().parse_args(["--eta-sweep", "0.1,0.2"]).eta_sweep == [0.1, 0.2]
+
+
+# ------------------------------------------------------------------------------- helpers
+def rows_for(method, rewards, kls, seed, role=None, agent="llm_0", task="t"):
+    """Synthetic metric records of one seed's curve."""
+    return [{"task": task, "method": method, "seed": seed, "sweep_eta": None, "agent": agent,
+             "role": role or "pioneer", "iteration": i, "task_reward": r, "kl": k}
+            for i, (r, k) in enumerate(zip(rewards, kls))]
+
+
+def test_mean_std_and_final_values_over_seeds():
+    s = rec.mean_std([1.0, 2.0, 3.0])
+    assert s.mean == 2.0 and s.std == pytest.approx(1.0) and s.n == 3
+    assert rec.mean_std([5.0]) == rec.Stat(5.0, 0.0, 1)
+    rows = rows_for("ppo", [0, 0, 1, 3], [0] * 4, seed=0) + rows_for("ppo", [0, 0, 3, 5], [0] * 4,
+                                                                        seed=1)
+    st = rec.final_stat(rows, "task_reward", 2, method="ppo")  # finals 2 and 4
+    assert (st.mean, st.std, st.n) == (3.0, pytest.approx(math.sqrt(2)), 2)
+    assert str(st) == "3 ± 1.41"
+
+
+def test_pass_at_k_matches_hand_values():
+    assert rec.pass_at_k(4, 1, 1) == pytest.approx(0.25)
+    assert rec.pass_at_k(4, 1, 2) == pytest.approx(1 - 3 / 6)  # 1 - C(3,2)/C(4,2)
+    assert rec.pass_at_k(5, 2, 2) == pytest.approx(1 - 3 / 10)  # 1 - C(3,2)/C(5,2)
+    assert rec.pass_at_k(8, 0, 4) == 0.0 and rec.pass_at_k(5, 4, 2) == 1.0
+    with pytest.raises(ValueError):
+        rec.pass_at_k(4, 5, 1)
+
+
+def test_copy_rate():
+    assert rec.copy_rate(["a b", "c", "d"], ["a b ", "x", "d"]) == pytest.approx(2 / 3)
+    with pytest.raises(ValueError, match="not aligned"):
+        rec.copy_rate(["a"], ["a", "b"])
+
+
+def test_claim_checks_on_synthetic_numbers_both_ways():
+    S = rec.Stat
+    ok, text = cl.check_reward_and_kl(S(1.0, 0.1, 3), S(1.05, 0.1, 3), S(9.0, 1, 3),
+                                      S(3.0, 1, 3), reward_range=2.0)
+    assert ok and "ratio 3" in text
+    assert not cl.check_reward_and_kl(S(1.0, 0.1, 3), S(1.05, 0.1, 3), S(5.0, 1, 3),
+                                      S(3.0, 1, 3), 2.0)[0]  # KL ratio 1.67
+    assert not cl.check_reward_and_kl(S(1.0, 0.0, 3), S(2.0, 0.0, 3), S(9.0, 0, 3),
+                                      S(3.0, 0, 3), 2.0)[0]  # |Δ| 1 > 0.2
+    rise_fall = [0.1, 0.3, 0.5, 0.5, 0.3, 0.1, 0.1]
+    flat = [0.1, 0.3, 0.4, 0.4, 0.4, 0.4, 0.4]
+    assert cl.check_peak_then_decline(rise_fall, flat, window=2, threshold=0.1)[0]
+    assert not cl.check_peak_then_decline(flat, flat, window=2, threshold=0.1)[0]
+    assert not cl.check_peak_then_decline(rise_fall, rise_fall, window=2, threshold=0.1)[0]
+    assert cl.check_ablation_kl(S(2.0, 0.1, 3), {"cory-no-kt": S(3.0, 0, 3),
+                                                 "cory-no-re": S(4.0, 0, 3)})[0]
+    assert not cl.check_ablation_kl(S(2.0, 0.1, 3), {"cory-no-kt": S(2.1, 0, 3),
+                                                     "cory-no-re": S(4.0, 0, 3)})[0]
+
+
+def test_all_claims_from_records():
+    rows = []
+    for seed in (0, 1):
+        rows += rows_for("ppo", [0.1, 0.6, 0.6, 0.1, 0.1], [1, 4, 8, 9, 9], seed, task="arithmetic")
+        for agent, role in (("llm_0", "pioneer"), ("llm_1", "observer")):
+            rows += rows_for("cory", [0.1, 0.3, 0.3, 0.3, 0.3], [1, 2, 3, 3, 3], seed, role,
+                             agent, task="arithmetic")
+    data = rec.RunData(rows, window=2)
+    claims = {c.name.split(" ")[0]: c for c in cl.all_claims(data)}
+    assert claims["(1)"].status == cl.NOT_REPRODUCED  # KL ratio 3, but |Δ reward| 0.2 > 0.1
+    assert "ratio 3" in claims["(1)"].numbers
+    assert claims["(2)"].status == cl.REPRODUCED
+    assert claims["(3)"].status == cl.NOT_RUN
+    text = rp.render(data)
+    assert "| ppo | llm_0 |" in text and "| cory | observer |" in text
+    assert "r_obs − r_pio" in text
+
+
+def test_eta_sweep_records_make_curves_and_a_pareto_plot(tmp_path):
+    rows = []
+    for eta, (reward, kl) in {1e-3: (0.9, 8.0), 1e-2: (0.6, 2.0)}.items():
+        for seed in (0, 1):
+            rows += [dict(r, sweep_eta=eta) for r in rows_for(
+                "ppo", [0.1, reward], [0.0, kl], seed, task="sentiment")]
+    data = rec.RunData(rows, window=1)
+    plots = rp.write_plots(data, tmp_path)
+    assert plots["sentiment|pareto"] == ["plots/pareto_sentiment.png"]
+    assert (tmp_path / "pareto_sentiment.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "curves_sentiment_eta0.001.png").exists()
+    assert "η=0.01" in " ".join(c.name for c in cl.all_claims(data))
+
+
+def test_run_py_works_as_a_script():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "run.py"
+    done = subprocess.run([sys.executable, str(script), "--help"], capture_output=True,
+                          text=True, timeout=120, cwd="/")
+    assert done.returncode == 0, done.stderr
+    for option in ("--tasks", "--methods", "--seeds", "--iterations", "--batch-size",
+                   "--eta-sweep", "--device", "--out", "--resume", "--quick", "--preset"):
+        assert option in done.stdout

@@ -1,0 +1,167 @@
+"""Tests for the offline reference LMs (cory_env.offline.lm), on the fast "tiny" budget."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoTokenizer, GPT2LMHeadModel
+
+from agents.refmodels import data as refdata
+from agents.refmodels import measure, pretrain
+from cory_env.data import scorer, tokenizer
+
+REPORT_KEYS = {"task", "budget", "model", "train", "heldout_perplexity", "samples", "copy",
+               "gap", "observer_gap", "pioneer_pass@1", "eval_episodes"}
+
+
+def _reset_memo():
+    tokenizer._load_tokenizer.cache_clear()
+    scorer._load_scorer.cache_clear()
+
+
+@pytest.fixture(scope="module")
+def cache_root(tmp_path_factory):
+    """One cache root for the module, where both tiny models get built once."""
+    return tmp_path_factory.mktemp("cory-lm-cache")
+
+
+@pytest.fixture
+def cache(cache_root, monkeypatch):
+    monkeypatch.setenv("CORY_CACHE", str(cache_root))
+    monkeypatch.delenv(pretrain.BUDGET_ENV, raising=False)
+    return cache_root
+
+
+@pytest.mark.parametrize("task", ["sentiment", "arithmetic"])
+def test_build_gives_loadable_model_tokenizer_and_report(cache, task):
+    path = pretrain.reference_lm(task, budget="tiny", verbose=False)
+    assert path == cache / "models" / f"{task}-tiny-{pretrain.VERSIONS[task]}"
+    model = GPT2LMHeadModel.from_pretrained(path)
+    tok = AutoTokenizer.from_pretrained(path)
+    assert model.config.vocab_size == len(tok) == len(tokenizer.task_tokenizer(task))
+    assert tok.eos_token_id == tokenizer.task_tokenizer(task).eos_token_id
+    ids = torch.tensor([tok.encode("The answer is 9.")])
+    assert model(input_ids=ids).logits.shape == (1, ids.shape[1], len(tok))
+
+    report = json.loads((path / "report.json").read_text())
+    assert REPORT_KEYS <= set(report)
+    assert report["task"] == task and report["budget"] == "tiny"
+    gap = report["gap"]
+    assert report["observer_gap"] == pytest.approx(
+        gap["observer_reward_kt"] - gap["observer_reward_no_kt"])
+    assert all(np.isfinite(v) for v in gap.values())
+    assert all(np.isfinite(v) for v in report["copy"].values())
+    assert len(report["samples"]) == pretrain.BUDGETS["tiny"][task].n_samples
+    assert {"query", "pioneer", "observer", "rewards"} <= set(report["samples"][0])
+    if task == "arithmetic":
+        assert 0.0 <= report["pioneer_pass@1"] <= 1.0
+        assert 0.0 <= report["copy"]["copy_correct_reference"] <= 1.0
+    else:
+        assert 0.0 <= report["copy"]["content_word_copy_rate"] <= 1.0
+    # it learned something: far better than a uniform guess over the vocabulary
+    assert report["heldout_perplexity"] < len(tok) / 5
+
+
+def test_second_call_reuses_the_cache(cache, monkeypatch):
+    path = pretrain.reference_lm("arithmetic", budget="tiny", verbose=False)
+    mtime = (path / "model.safetensors").stat().st_mtime_ns
+
+    def fail(*args, **kwargs):
+        raise AssertionError("retrained although cached")
+
+    monkeypatch.setattr(pretrain, "_train", fail)
+    assert pretrain.reference_lm("arithmetic", budget="tiny") == path
+    assert (path / "model.safetensors").stat().st_mtime_ns == mtime
+
+
+def test_budget_comes_from_the_environment(cache, monkeypatch):
+    monkeypatch.setenv(pretrain.BUDGET_ENV, "tiny")
+    assert pretrain.resolve_budget() == "tiny"
+    version = pretrain.VERSIONS["arithmetic"]
+    assert pretrain.model_dir("arithmetic") == cache / "models" / f"arithmetic-tiny-{version}"
+    monkeypatch.delenv(pretrain.BUDGET_ENV)
+    assert pretrain.resolve_budget() == "full"
+    with pytest.raises(ValueError, match="budget"):
+        pretrain.resolve_budget("huge")
+    with pytest.raises(ValueError, match="task"):
+        pretrain.reference_lm("poetry", budget="tiny")
+
+
+def test_build_report_reads_a_model_folder(cache):
+    path = pretrain.reference_lm("arithmetic", budget="tiny", verbose=False)
+    again = measure.build_report("arithmetic", path)
+    saved = json.loads((path / "report.json").read_text())
+    assert again["heldout_perplexity"] == pytest.approx(saved["heldout_perplexity"], rel=1e-4)
+    assert again["gap"] == pytest.approx(saved["gap"])  # seeded sampling
+
+
+def test_tiny_builds_are_deterministic(tmp_path, monkeypatch):
+    weights = []
+    for name in ("a", "b"):
+        monkeypatch.setenv("CORY_CACHE", str(tmp_path / name))
+        _reset_memo()
+        path = pretrain.reference_lm("arithmetic", budget="tiny", verbose=False)
+        weights.append(GPT2LMHeadModel.from_pretrained(path).state_dict())
+    _reset_memo()
+    assert weights[0].keys() == weights[1].keys()
+    for key in weights[0]:
+        assert torch.equal(weights[0][key], weights[1][key]), key
+
+
+def test_training_sequences_match_the_env_prompts(cache):
+    """The env's prompt tokens are a prefix of a pretraining sequence built the same way."""
+    import cory_env
+
+    for task in ("arithmetic", "sentiment"):
+        data = refdata.TrainingData(task)
+        env = cory_env.BatchedCoryEnv(batch_size=1, task=task, split="test")
+        obs = env.reset(seed=0)
+        prompt = obs["input_ids"][0][obs["attention_mask"][0].bool()].tolist()
+        q = env.episodes.queries[0]
+        ids = list(q.ids) if q.ids is not None else data.tok.encode(q.text)
+        assert refdata._assemble(data.pio, ids) == prompt
+
+
+def test_shared_prefix_loss_equals_the_plain_loss(cache):
+    """Computing the common one-shot prefix once gives the same loss and gradients."""
+    data = refdata.TrainingData("arithmetic")
+    seqs = data.sequences(6, seed=5)
+    ids, mask, weights = refdata.pad_rows(seqs, range(6), data.eos, prompt_weight=0.5)
+    assert pretrain._common_prefix(ids, mask) >= 16
+    model = pretrain._new_model(len(data.tok), data.eos, pretrain.BUDGETS["tiny"]["arithmetic"])
+    results = []
+    for min_shared in (16, 10**9):
+        model.zero_grad()
+        loss = pretrain.lm_loss(model, ids, mask, weights, min_shared=min_shared)
+        loss.backward()
+        results.append((loss.item(), model.transformer.wte.weight.grad.clone()))
+    assert results[0][0] == pytest.approx(results[1][0], rel=1e-5)
+    torch.testing.assert_close(results[0][1], results[1][1], rtol=1e-4, atol=1e-6)
+
+
+
+def test_build_child_waits_passively_only_on_a_busy_machine(monkeypatch):
+    """Short OpenMP spins when idle (fast), passive waiting when other jobs hold the cores."""
+    assert pretrain._omp_wait_env(load=0.1) == {"GOMP_SPINCOUNT": "2000"}
+    assert pretrain._omp_wait_env(load=1.8) == {"OMP_WAIT_POLICY": "PASSIVE"}
+    assert 0 <= pretrain._busy_cores(0.05) <= (pretrain.os.cpu_count() or 1) + 0.5
+    launched = []
+    monkeypatch.setattr(pretrain.subprocess, "run", lambda cmd, env, check: launched.append(env))
+    monkeypatch.setattr(pretrain, "build", lambda *a, **k: launched.append("in-process"))
+    monkeypatch.setattr(pretrain, "_busy_cores", lambda: 2.0)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    pretrain._launch("arithmetic", "full", pretrain.Path("unused"))
+    assert launched[-1]["OMP_WAIT_POLICY"] == "PASSIVE" and "GOMP_SPINCOUNT" not in launched[-1]
+    monkeypatch.setenv("GOMP_SPINCOUNT", "1")  # the user's own setting wins: no child
+    pretrain._launch("arithmetic", "full", pretrain.Path("unused"))
+    assert launched[-1] == "in-process"
+
+
+def test_repeated_gap_resamples_with_fixed_seeds(cache):
+    path = pretrain.reference_lm("arithmetic", budget="tiny", verbose=False)
+    first, again = (measure.repeated_gap("arithmetic", path, 2) for _ in range(2))
+    assert first == again  # seeded
+    assert len(first["gaps"]) == 2 and first["mean"] == pytest.approx(np.mean(first["gaps"]))
+    assert first["episodes_each"] == pretrain.BUDGETS["tiny"]["arithmetic"].eval_episodes
