@@ -29,7 +29,7 @@ lint: $(STAMP)
 clean-venv:
 	rm -rf $(VENV)
 
-# TRL 0.11.4 anchor for benchmarks/perf.py (its own venv: TRL 0.11 needs transformers 4.x).
+# TRL 0.11.4 anchor for tools/perf/perf.py (its own venv: TRL 0.11 needs transformers 4.x).
 TRL_VENV ?= .venv-trl
 perf-trl-venv: $(TRL_VENV)/.installed
 

@@ -1,4 +1,4 @@
-"""Tests for the offline reference LMs (cory_env.offline.lm), on the fast "tiny" budget."""
+"""Tests for the offline reference LMs (agents.refmodels), on the fast "tiny" budget."""
 
 import json
 

@@ -1,8 +1,8 @@
 """Speed and memory of cory on the shared reference workload, next to the TRL anchors.
 
-    python benchmarks/perf.py --model /tmp/ref                # builds /tmp/ref if missing
-    python benchmarks/perf.py --model /tmp/ref --trl-python .venv-trl/bin/python
-    python benchmarks/perf.py --quick                         # a smoke run
+    python tools/perf/perf.py --model /tmp/ref                # builds /tmp/ref if missing
+    python tools/perf/perf.py --model /tmp/ref --trl-python .venv-trl/bin/python
+    python tools/perf/perf.py --quick                         # a smoke run
 
 Reference workload (../shared/bench/README.md): the GPT-2-shaped model written by
 `make_ref_model.py` (4 layers, n_embd 256, vocab 2048, random init), 64 prompts of 2-8 tokens
@@ -30,7 +30,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-if __package__ in (None, ""):  # `python benchmarks/perf.py`
+if __package__ in (None, ""):  # `python tools/perf/perf.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import numpy as np
