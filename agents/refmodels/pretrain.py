@@ -227,7 +227,7 @@ def lm_loss(model, ids: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor,
 
 
 def _fast_bf16() -> bool:
-    """Whether this CPU has native bf16 matmuls (then training autocasts to bf16, ~1.6x faster)."""
+    """Whether this CPU has native bf16 matmuls (then training autocasts to bf16)."""
     try:
         flags = Path("/proc/cpuinfo").read_text()
     except OSError:
