@@ -140,6 +140,21 @@ class PPOConfig:
         return self
 
 
+from .shaping import (  # noqa: E402  (KL control and reward shaping; re-exported here)
+    AdaptiveKLController,
+    FixedKLController,
+    RunningMoments,
+    make_kl_controller,
+    scale_scores,
+    token_rewards,
+)
+
+__all__ = ["AdaptiveKLController", "FixedKLController", "PPOBatch", "PPOConfig",
+           "RunningMoments", "forward_passes", "full_kl", "gae", "kl_loss_term", "kl_per_token",
+           "make_kl_controller", "masked_mean", "masked_var", "masked_whiten", "policy_loss",
+           "ppo_update", "prepare_advantages", "scale_scores", "token_rewards", "value_loss"]
+
+
 # --------------------------------------------------------------------------- masked stats
 def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
     """Mean of x over positions where mask > 0 (0 if there are none)."""
@@ -211,125 +226,6 @@ def kl_loss_term(logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor, estimator
     else:
         raise ValueError(f"estimator must be one of {KL_LOSS_ESTIMATORS}, got {estimator!r}")
     return masked_mean(k, mask)
-
-
-# --------------------------------------------------------------------------- KL controllers
-class AdaptiveKLController:
-    """Adaptive KL coefficient of Ziegler et al. (2019)."""
-
-    def __init__(self, init: float, target: float, horizon: float):
-        self.value, self.target, self.horizon = float(init), float(target), float(horizon)
-
-    def update(self, current_kl: float, n_steps: int) -> float:
-        """beta <- beta * (1 + clip(kl / target - 1, -0.2, 0.2) * n_steps / horizon)."""
-        error = min(max(float(current_kl) / self.target - 1.0, -0.2), 0.2)
-        self.value *= 1.0 + error * n_steps / self.horizon
-        return self.value
-
-    def state_dict(self) -> dict[str, float]:
-        """Checkpointable state."""
-        return {"value": self.value, "target": self.target, "horizon": self.horizon}
-
-    def load_state_dict(self, state: Mapping[str, float]) -> None:
-        """Restore from state_dict()."""
-        self.value, self.target = float(state["value"]), float(state["target"])
-        self.horizon = float(state["horizon"])
-
-
-class FixedKLController:
-    """Constant KL coefficient."""
-
-    def __init__(self, value: float):
-        self.value = float(value)
-
-    def update(self, current_kl: float, n_steps: int) -> float:
-        """No-op; returns the fixed value."""
-        return self.value
-
-    def state_dict(self) -> dict[str, float]:
-        """Checkpointable state."""
-        return {"value": self.value}
-
-    def load_state_dict(self, state: Mapping[str, float]) -> None:
-        """Restore from state_dict()."""
-        self.value = float(state["value"])
-
-
-def make_kl_controller(cfg: PPOConfig) -> AdaptiveKLController | FixedKLController:
-    """The controller cfg asks for (adaptive if cfg.adap_kl_ctrl)."""
-    if cfg.adap_kl_ctrl:
-        return AdaptiveKLController(cfg.init_kl_coef, cfg.kl_target, cfg.kl_horizon)
-    return FixedKLController(cfg.init_kl_coef)
-
-
-# --------------------------------------------------------------------------- scores
-class RunningMoments:
-    """Running mean / variance of scores across batches (parallel-variance update)."""
-
-    def __init__(self) -> None:
-        self.mean, self.var, self.count = 0.0, 0.0, 0  # var is the population variance
-
-    @property
-    def std(self) -> float:
-        """Running std with Bessel's correction (1.0 before two samples have been seen)."""
-        if self.count < 2:
-            return 1.0
-        return math.sqrt(self.var * self.count / (self.count - 1))
-
-    def update(self, x: Tensor) -> tuple[float, float]:
-        """Fold a batch into the moments; return the batch's (mean, std with ddof=1)."""
-        x = x.detach().double().flatten()
-        n = x.numel()
-        if n == 0:
-            return float("nan"), float("nan")
-        b_mean = x.mean().item()
-        b_var = x.var(unbiased=False).item() if n > 1 else 0.0
-        total = self.count + n
-        delta = b_mean - self.mean
-        m2 = self.var * self.count + b_var * n + delta * delta * self.count * n / total
-        self.mean += delta * n / total
-        self.var, self.count = m2 / total, total
-        b_std = math.sqrt(b_var * n / (n - 1)) if n > 1 else float("nan")
-        return b_mean, b_std
-
-    def state_dict(self) -> dict[str, float]:
-        """Checkpointable state."""
-        return {"mean": self.mean, "var": self.var, "count": self.count}
-
-    def load_state_dict(self, state: Mapping[str, float]) -> None:
-        """Restore from state_dict()."""
-        self.mean, self.var = float(state["mean"]), float(state["var"])
-        self.count = int(state["count"])
-
-
-def scale_scores(scores: Tensor, moments: RunningMoments, cfg: PPOConfig,
-                 gather: Callable[[Tensor], Tensor] | None = None) -> Tensor:
-    """Update moments, then score/(std+eps) or (score-mean)/(std+eps), then clip.
-
-    ``use_score_norm`` implies scaling (TRL silently ignored it without scaling). ``gather``
-    returns every rank's scores, so the moments see the global batch.
-    """
-    eps = 1e-8
-    if cfg.use_score_scaling or cfg.use_score_norm:
-        moments.update(scores.float() if gather is None else gather(scores.float()))
-        if cfg.use_score_norm:
-            scores = (scores - moments.mean) / (moments.std + eps)
-        else:
-            scores = scores / (moments.std + eps)
-    if cfg.score_clip is not None:
-        scores = scores.clamp(-cfg.score_clip, cfg.score_clip)
-    return scores
-
-
-def token_rewards(scores: Tensor, kl: Tensor, mask: Tensor, beta: float) -> Tensor:
-    """Per-token rewards: -beta*kl on masked tokens plus the score on each row's last one."""
-    valid = mask > 0
-    rewards = torch.where(valid, -beta * kl, torch.zeros_like(kl))
-    positions = torch.arange(mask.shape[1], device=mask.device).expand_as(mask)
-    last = torch.where(valid, positions, torch.full_like(positions, -1)).max(dim=1).values
-    rows = torch.nonzero(last >= 0).squeeze(1)  # zero-length rows get no score
-    rewards[rows, last[rows]] += scores[rows].to(rewards.dtype)
-    return rewards
 
 
 # --------------------------------------------------------------------------- GAE
