@@ -21,6 +21,11 @@ import typing
 from typing import Any
 
 
+def meta(text: str, **kw) -> dict:
+    """Field metadata of one option: its help text, plus `flag` or `cli` keys if given."""
+    return {"help": text, **kw}
+
+
 def comma_list(text: str) -> list[str]:
     """'a,b' -> ['a', 'b'] (empty items dropped)."""
     return [x.strip() for x in text.split(",") if x.strip()]
@@ -166,8 +171,9 @@ def add_options(parser: argparse.ArgumentParser, cls, defaults=None,
         if dest in (special or {}):
             parser.add_argument("--" + opt.flag, dest=dest, help=help_, **special[dest])
         elif opt.kind == "value":
-            parser.add_argument("--" + opt.flag, dest=dest, type=converter(tp), help=help_,
-                                metavar=converter(tp).__name__.upper())
+            conv = converter(tp)
+            parser.add_argument("--" + opt.flag, dest=dest, type=conv, help=help_,
+                                metavar=conv.__name__.upper())
         else:
             parser.add_argument("--" + opt.flag, dest=dest, help=help_,
                                 action=argparse.BooleanOptionalAction)

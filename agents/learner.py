@@ -13,6 +13,7 @@ agents call it to prepare their models, back-propagate, and agree on statistics 
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 from dataclasses import dataclass, field, replace
@@ -218,19 +219,14 @@ def register_learner(name: str):
     return add
 
 
+@functools.cache
 def _register_builtin() -> None:
     """Import every module of this package that registers a learner (once)."""
-    if _BUILTIN_LOADED:
-        return
-    _BUILTIN_LOADED.append(True)
     folder = Path(__file__).parent
     for info in pkgutil.iter_modules([str(folder)]):
         path = folder / f"{info.name}.py"
         if not info.ispkg and path.exists() and "@register_learner(" in path.read_text():
             importlib.import_module(f"{__package__}.{info.name}")
-
-
-_BUILTIN_LOADED: list[bool] = []
 
 
 def learner_class(name: str) -> type[Learner]:

@@ -435,14 +435,10 @@ class LLMPolicy(nn.Module):
 
     def save(self, path: str) -> None:
         """Atomically write LM weights (or just the adapter) and the value head as safetensors."""
-        from .loading import write_policy
-
         with atomic_dir(path, replace=True) as tmp:
-            write_policy(self, str(tmp))
+            loading.write_policy(self, str(tmp))
 
     def load(self, path: str) -> LLMPolicy:
         """Load weights written by `save` into this policy in place (optimizer refs stay valid)."""
-        from .loading import read_policy
-
-        read_policy(self, path)
+        loading.read_policy(self, path)
         return self

@@ -28,15 +28,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .cli import meta
+
 KL_PENALTIES = ("kl", "abs", "mse", "full")
 KL_IN = ("reward", "loss")
 KL_LOSS_ESTIMATORS = ("k1", "k2", "k3")
 OLD_LOGPROBS = ("auto", "sampler", "recompute")
-
-
-def _help(text: str, **kw) -> dict:
-    """Field metadata: the option's help text (see `agents.cli`)."""
-    return {"help": text, **kw}
 
 
 # --------------------------------------------------------------------------- config
@@ -58,37 +55,37 @@ class PPOConfig:
     numerics differ from the training pass's: a 4-bit base, or mixed precision.
     """
 
-    lr: float = field(default=1.41e-5, metadata=_help("learning rate"))
-    ppo_epochs: int = field(default=4, metadata=_help("PPO epochs per iteration"))
+    lr: float = field(default=1.41e-5, metadata=meta("learning rate"))
+    ppo_epochs: int = field(default=4, metadata=meta("PPO epochs per iteration"))
     batch_size: int = field(default=256, metadata={"cli": False})  # = TrainConfig.batch_size
-    mini_batch_size: int = field(default=256, metadata=_help("rows of one forward/backward pass"))
-    grad_accum_steps: int = field(default=1, metadata=_help("passes per optimizer step"))
-    cliprange: float = field(default=0.2, metadata=_help("policy ratio clip"))
-    cliprange_value: float = field(default=0.2, metadata=_help("value clip"))
-    vf_coef: float = field(default=0.1, metadata=_help("value-loss weight"))
-    gamma: float = field(default=1.0, metadata=_help("discount"))
-    lam: float = field(default=0.95, metadata=_help("GAE lambda"))
-    init_kl_coef: float = field(default=0.3, metadata=_help("initial KL coefficient beta"))
-    adap_kl_ctrl: bool = field(default=True, metadata=_help("adaptive KL controller",
+    mini_batch_size: int = field(default=256, metadata=meta("rows of one forward/backward pass"))
+    grad_accum_steps: int = field(default=1, metadata=meta("passes per optimizer step"))
+    cliprange: float = field(default=0.2, metadata=meta("policy ratio clip"))
+    cliprange_value: float = field(default=0.2, metadata=meta("value clip"))
+    vf_coef: float = field(default=0.1, metadata=meta("value-loss weight"))
+    gamma: float = field(default=1.0, metadata=meta("discount"))
+    lam: float = field(default=0.95, metadata=meta("GAE lambda"))
+    init_kl_coef: float = field(default=0.3, metadata=meta("initial KL coefficient beta"))
+    adap_kl_ctrl: bool = field(default=True, metadata=meta("adaptive KL controller",
                                                             flag="adaptive-kl"))
-    kl_target: float = field(default=6.0, metadata=_help("adaptive KL target (nats)"))
-    kl_horizon: float = field(default=10000, metadata=_help("adaptive KL horizon (samples)"))
-    kl_penalty: str = field(default="kl", metadata=_help("kl | abs | mse | full"))
-    kl_in: str = field(default="reward", metadata=_help("where the KL acts: reward | loss"))
-    kl_loss_estimator: str = field(default="k3", metadata=_help("k1 | k2 | k3 (kl_in=loss)"))
-    whiten_advantages: bool = field(default=True, metadata=_help("whiten advantages"))
-    use_score_scaling: bool = field(default=False, metadata=_help("divide scores by their std"))
-    use_score_norm: bool = field(default=False, metadata=_help("also subtract their mean"))
-    score_clip: float | None = field(default=None, metadata=_help("clip scores to +-this"))
-    max_grad_norm: float | None = field(default=1.0, metadata=_help("gradient clip norm"))
-    early_stop_kl: float | None = field(default=None, metadata=_help(
+    kl_target: float = field(default=6.0, metadata=meta("adaptive KL target (nats)"))
+    kl_horizon: float = field(default=10000, metadata=meta("adaptive KL horizon (samples)"))
+    kl_penalty: str = field(default="kl", metadata=meta("kl | abs | mse | full"))
+    kl_in: str = field(default="reward", metadata=meta("where the KL acts: reward | loss"))
+    kl_loss_estimator: str = field(default="k3", metadata=meta("k1 | k2 | k3 (kl_in=loss)"))
+    whiten_advantages: bool = field(default=True, metadata=meta("whiten advantages"))
+    use_score_scaling: bool = field(default=False, metadata=meta("divide scores by their std"))
+    use_score_norm: bool = field(default=False, metadata=meta("also subtract their mean"))
+    score_clip: float | None = field(default=None, metadata=meta("clip scores to +-this"))
+    max_grad_norm: float | None = field(default=1.0, metadata=meta("gradient clip norm"))
+    early_stop_kl: float | None = field(default=None, metadata=meta(
         "stop the epochs once approx-KL exceeds this"))
-    ratio_threshold: float = field(default=10.0, metadata=_help(
+    ratio_threshold: float = field(default=10.0, metadata=meta(
         "skip a minibatch whose mean ratio exceeds this"))
-    entropy_coef: float = field(default=0.0, metadata=_help("entropy bonus weight"))
-    max_tokens_per_pass: int | None = field(default=None, metadata=_help(
+    entropy_coef: float = field(default=0.0, metadata=meta("entropy bonus weight"))
+    max_tokens_per_pass: int | None = field(default=None, metadata=meta(
         "cap on tokens (rows x unpadded width) of one training pass"))
-    old_logprobs: str = field(default="auto", metadata=_help(
+    old_logprobs: str = field(default="auto", metadata=meta(
         "old log-probs and values: auto | sampler | recompute"))
 
     def __post_init__(self) -> None:

@@ -17,10 +17,13 @@ from cory_env.files import atomic_write
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
     """The records of a JSON-lines file (missing file: none; torn or bad lines skipped)."""
     path = Path(path)
-    if not path.exists():
-        return []
+    return _parse(path.read_text(encoding="utf-8")) if path.exists() else []
+
+
+def _parse(text: str) -> list[dict]:
+    """The JSON-object lines of a text (torn or bad lines skipped)."""
     out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in text.splitlines():
         try:
             record = json.loads(line)
         except json.JSONDecodeError:
@@ -55,8 +58,9 @@ def keep_jsonl(path: str | os.PathLike, keep: Callable[[dict], bool]) -> int:
     path = Path(path)
     if not path.exists():
         return 0
-    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    kept = [r for r in read_jsonl(path) if keep(r)]
+    text = path.read_text(encoding="utf-8")
+    lines = [line for line in text.splitlines() if line.strip()]
+    kept = [r for r in _parse(text) if keep(r)]
     if len(kept) != len(lines):
         atomic_write(path, jsonl_text(kept))
     return len(lines) - len(kept)

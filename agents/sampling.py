@@ -17,15 +17,17 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from .cli import meta
+
 
 @dataclass
 class SamplingConfig:
     """How next tokens are drawn (paper: top_k 0, top_p 1; IMDB code: repetition_penalty 1.1)."""
 
-    temperature: float = field(default=1.0, metadata={"help": "sampling temperature"})
-    top_k: int = field(default=0, metadata={"help": "keep the k likeliest tokens (0: all)"})
-    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling mass"})
-    repetition_penalty: float = field(default=1.0, metadata={"help": "sampling repetition penalty"})
+    temperature: float = field(default=1.0, metadata=meta("sampling temperature"))
+    top_k: int = field(default=0, metadata=meta("keep the k likeliest tokens (0: all)"))
+    top_p: float = field(default=1.0, metadata=meta("nucleus sampling mass"))
+    repetition_penalty: float = field(default=1.0, metadata=meta("sampling repetition penalty"))
 
     def __post_init__(self):
         self.validate()

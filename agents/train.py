@@ -23,6 +23,7 @@ import torch
 
 from cory_env import BatchedCoryEnv
 
+from .cli import meta
 from .comm import Comm
 from .learner import LearnerConfig, learner_class
 from .policy import LLMPolicy, LoraSettings, SamplingConfig, check_mixed_precision
@@ -30,38 +31,34 @@ from .ppo import PPOConfig
 from .rollout import rollout
 
 
-def _help(text: str, **kw) -> dict:
-    """Field metadata: the option's help text (and other `agents.cli` keys)."""
-    return {"help": text, **kw}
-
 @dataclass
 class TrainConfig:
     """One training run: task, method, model and every hyperparameter."""
 
-    task: str = field(default="sentiment", metadata=_help("task name (cory_env.registered_tasks)"))
-    method: str = field(default="cory", metadata=_help("learner name (registered_learners)"))
-    model: str | None = field(default=None, metadata=_help(
+    task: str = field(default="sentiment", metadata=meta("task name (cory_env.registered_tasks)"))
+    method: str = field(default="cory", metadata=meta("learner name (registered_learners)"))
+    model: str | None = field(default=None, metadata=meta(
         "HF name or local folder; none: the offline task's reference LM"))
-    iterations: int = field(default=20, metadata=_help("training iterations"))
-    batch_size: int = field(default=32, metadata=_help("episodes per iteration"))
-    max_new_tokens: int | None = field(default=None, metadata=_help(
+    iterations: int = field(default=20, metadata=meta("training iterations"))
+    batch_size: int = field(default=32, metadata=meta("episodes per iteration"))
+    max_new_tokens: int | None = field(default=None, metadata=meta(
         "tokens per answer (none: the task's default)"))
-    seed: int = field(default=0, metadata=_help("seed of models, sampling and data order"))
-    device: str = field(default="cpu", metadata=_help("torch device"))
-    t_rex: int = field(default=5, metadata=_help("role-exchange period T_REx"))
-    eta: float | None = field(default=None, metadata=_help(
+    seed: int = field(default=0, metadata=meta("seed of models, sampling and data order"))
+    device: str = field(default="cpu", metadata=meta("torch device"))
+    t_rex: int = field(default=5, metadata=meta("role-exchange period T_REx"))
+    eta: float | None = field(default=None, metadata=meta(
         "KL weight of the combined reward (none: the current beta)"))
-    lora: LoraSettings | None = field(default=None, metadata=_help("train LoRA adapters"))
-    load_in_4bit: bool = field(default=False, metadata=_help("4-bit nf4 base (needs LoRA, CUDA)"))
-    shared_base: bool = field(default=True, metadata=_help(
+    lora: LoraSettings | None = field(default=None, metadata=meta("train LoRA adapters"))
+    load_in_4bit: bool = field(default=False, metadata=meta("4-bit nf4 base (needs LoRA, CUDA)"))
+    shared_base: bool = field(default=True, metadata=meta(
         "with LoRA: both agents are adapters on one frozen base"))
-    mixed_precision: str | None = field(default="auto", metadata=_help(
+    mixed_precision: str | None = field(default="auto", metadata=meta(
         "auto: bf16 autocast on CUDA only; bf16: also on the CPU; none: never"))
-    torch_compile: bool = field(default=False, metadata=_help(
+    torch_compile: bool = field(default=False, metadata=meta(
         "torch.compile the training passes (compiled on first use)"))
-    placement: dict[str, str] = field(default_factory=dict, metadata=_help(
+    placement: dict[str, str] = field(default_factory=dict, metadata=meta(
         "device per model, e.g. llm_0=cuda:0,llm_1=cuda:1,critic=cuda:1"))
-    task_options: dict = field(default_factory=dict, metadata=_help("task keywords k=v,..."))
+    task_options: dict = field(default_factory=dict, metadata=meta("task keywords k=v,..."))
     ppo: PPOConfig = field(default_factory=lambda: PPOConfig(batch_size=32, mini_batch_size=8))
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
 

@@ -31,10 +31,6 @@ PAPER_ETAS = (1e-5, 1e-4, 1e-3, 1e-2)
 PER_RUN = ("train.task", "train.method", "train.seed", "train.eta")  # set by each RunSpec
 
 
-def _help(text: str) -> dict:
-    """Field metadata holding the option's help text."""
-    return {"help": text}
-
 
 def offline_training() -> TrainConfig:
     """The offline default of one run: the paper's IMDB PPO settings except lr 1e-4.
@@ -57,26 +53,26 @@ class BenchConfig:
     """
 
     tasks: list[str] = field(default_factory=lambda: ["sentiment", "arithmetic"],
-                             metadata=_help("comma list of tasks"))
+                             metadata=cli.meta("comma list of tasks"))
     methods: list[str] = field(default_factory=lambda: ["ppo", "cory"],
-                               metadata=_help("comma list of methods (registered learners)"))
+                               metadata=cli.meta("comma list of methods (registered learners)"))
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2],
-                             metadata=_help("comma list of seeds"))
-    eta_sweep: list[float] = field(default_factory=list, metadata=_help(
+                             metadata=cli.meta("comma list of seeds"))
+    eta_sweep: list[float] = field(default_factory=list, metadata=cli.meta(
         "fixed KL coefficients to sweep (no value: the paper's 1e-5,1e-4,1e-3,1e-2)"))
     lr_by_method: dict[str, float] = field(
-        default_factory=dict, metadata=_help("per-method lr, e.g. ppo=1e-5 (paper's GSM8K "
+        default_factory=dict, metadata=cli.meta("per-method lr, e.g. ppo=1e-5 (paper's GSM8K "
                                              "setting; an explicit --lr clears it)"))
-    eval_problems: int = field(default=32, metadata=_help("test problems for pass@k (0: off)"))
-    eval_samples: int = field(default=8, metadata=_help("samples per test problem"))
-    pass_k: int = field(default=4, metadata=_help("k of pass@k"))
-    eval_batch_size: int = field(default=64, metadata=_help("episodes per evaluation batch"))
-    final_window: int = field(default=5, metadata=_help("last iterations averaged as 'final'"))
-    checkpoint_every: int = field(default=1, metadata=_help("iterations between checkpoints"))
-    threads: int = field(default=1, metadata=_help(
+    eval_problems: int = field(default=32, metadata=cli.meta("test problems for pass@k (0: off)"))
+    eval_samples: int = field(default=8, metadata=cli.meta("samples per test problem"))
+    pass_k: int = field(default=4, metadata=cli.meta("k of pass@k"))
+    eval_batch_size: int = field(default=64, metadata=cli.meta("episodes per evaluation batch"))
+    final_window: int = field(default=5, metadata=cli.meta("last iterations averaged as 'final'"))
+    checkpoint_every: int = field(default=1, metadata=cli.meta("iterations between checkpoints"))
+    threads: int = field(default=1, metadata=cli.meta(
         "torch CPU threads (0: torch's default); fixed so numbers do not depend on the machine"))
-    preset: str = field(default="offline", metadata=_help("named settings"))
-    quick: bool = field(default=False, metadata=_help("a short smoke run"))
+    preset: str = field(default="offline", metadata=cli.meta("named settings"))
+    quick: bool = field(default=False, metadata=cli.meta("a short smoke run"))
     train: TrainConfig = field(default_factory=offline_training)
 
     def etas(self) -> list[float | None]:

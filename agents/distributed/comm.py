@@ -149,12 +149,17 @@ class DDPComm(Comm):
 class FSDPComm(DDPComm):
     """Collectives of an `accelerate` launch; each policy is sharded per decoder block."""
 
+    def __init__(self, accelerator):
+        super().__init__(accelerator)
+        self.sharded: dict[str, object] = {}  # name -> policy, for `check_shardable`
+
     def prepare(self, policy, critic: bool = False):
         """`policy` sharded with FSDP2 (the optimizer must be built afterwards)."""
         from .fsdp import check_shardable, shard
 
         if isinstance(policy, SyncedPolicy):
             return policy
-        self.__dict__.setdefault("_prepared", {})[f"model {len(self._prepared)}"] = policy
-        check_shardable(self._prepared)
+        name = "critic" if critic else getattr(policy, "adapter_name", None)
+        self.sharded[name or f"model {len(self.sharded)}"] = policy
+        check_shardable(self.sharded)
         return SyncedPolicy(policy, shard(_Call(policy), policy))
