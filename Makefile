@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint install clean-venv perf-trl-venv
+.PHONY: demo test lint install clean-venv perf-trl-venv gpu-check
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -25,6 +25,12 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+
+# The paper's GPU shapes in one <= 5-minute offline check (docs/performance.md#gpu-check).
+# ARGS=--dry-run: tiny shapes on a CPU. GPU_PY: the python that has CUDA torch (default: the venv's).
+GPU_PY ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PY))
+gpu-check:
+	$(GPU_PY) tools/perf/gpu_check.py $(ARGS)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -417,6 +417,7 @@ def test_placement_puts_each_module_where_asked(toy_lm):
     assert trainer.step()["llm_0"]["optimizer_steps"] > 0
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(torch.cuda.device_count() < 1, reason="needs a CUDA GPU")
 def test_placement_on_cuda(toy_lm):
     from agents.train import Trainer

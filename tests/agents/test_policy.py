@@ -480,6 +480,7 @@ def test_compiled_training_passes_match_eager_ones(model_dirs):
             torch.testing.assert_close(y, x, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available()
                     or importlib.util.find_spec("bitsandbytes") is None,
                     reason="needs a CUDA GPU and bitsandbytes")

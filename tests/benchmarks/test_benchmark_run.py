@@ -185,6 +185,7 @@ def test_gpu_preset_without_a_gpu_fails_before_loading():
         resolve_config("offline", model="/nowhere/{task}")
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available()
                     or importlib.util.find_spec("bitsandbytes") is None,
                     reason="needs a CUDA GPU and bitsandbytes")
