@@ -21,7 +21,13 @@ FORMAT = 1
 def trainable_state(policy) -> dict[str, torch.Tensor]:
     """The policy's trainable tensors by name (adapters + value head under LoRA)."""
     mine = {id(p) for p in policy.trainable_parameters()}
-    return {n: p.detach().cpu().clone() for n, p in policy.named_parameters() if id(p) in mine}
+    return {n: _host_copy(p.detach()) for n, p in policy.named_parameters() if id(p) in mine}
+
+
+def _host_copy(t: torch.Tensor) -> torch.Tensor:
+    """A CPU copy; an FSDP shard (DTensor) is left on its device for the full-state gather,
+    since `.cpu()` of a DTensor keeps its CUDA mesh and the later gather would run NCCL on CPU."""
+    return t if type(t).__name__ == "DTensor" else t.cpu().clone()
 
 
 def load_trainable_state(policy, state: dict[str, torch.Tensor]) -> None:

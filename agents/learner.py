@@ -99,7 +99,8 @@ class PPOAgent:
         rewards = token_rewards(scores, self.penalty(turn), turn.response_mask, beta)
         return PPOBatch(input_ids=turn.input_ids, attention_mask=turn.attention_mask,
                         response_mask=turn.response_mask, old_logprobs=turn.logprobs,
-                        old_values=turn.values, ref_logprobs=turn.ref_logprobs, rewards=rewards)
+                        old_values=turn.values, ref_logprobs=turn.ref_logprobs, rewards=rewards,
+                        scores=scores)
 
     @property
     def recomputes(self) -> bool:

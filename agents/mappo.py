@@ -1,13 +1,19 @@
 """MAPPO: two actors and one centralized critic that reads the joint transcript.
 
 The critic sees the global state (the query, the pioneer's answer and the observer's answer
-as one sequence), so its value at each token conditions on everything said so far by either
-agent. GAE runs over the joint episode (pioneer tokens, then observer tokens) with the team
-reward at its end; each actor is then updated with clipped PPO on its share of the advantages.
+as one gap-free sequence), so its value at each token conditions on everything said so far by
+either agent. Every agent's rewards are shaped as PPO's are (`PPOAgent.batch`: score scaling,
+normalisation and clipping, the per-token KL penalty). With the collective reward, GAE runs
+over the joint episode (pioneer tokens, then observer tokens) with the team score once at its
+end; with individual rewards each agent's returns stop at the end of its own turn. Each actor
+is then updated with clipped PPO on its share of the advantages, and the critic regresses the
+returns in passes sized like the actor's (values only: no LM head).
 """
 
 from __future__ import annotations
 
+import math
+import warnings
 from dataclasses import replace
 
 import torch
@@ -38,6 +44,35 @@ def joint_gae(rewards, values, mask, gamma, lam):
     return uncompact(adv, order), uncompact(ret, order)
 
 
+def joint_sequence(pio, obs):
+    """The joint transcript with its gaps moved left: (ids, mask, response mask, columns).
+
+    ids/mask (B, L): [pioneer prompt | pioneer answer | observer answer] with every padding
+    column (the pioneer's after its EOS too) moved to the left, so no value is read at a pad.
+    response mask (B, 2T): the pioneer's then the observer's response columns, as in the turns.
+    columns (B, 2T): the position in ids whose value predicts each response token.
+    """
+    T = pio.response_mask.shape[1]
+    ids = torch.cat([pio.input_ids, obs.input_ids[:, -T:]], 1)
+    mask = torch.cat([pio.attention_mask, obs.attention_mask[:, -T:]], 1)
+    rmask = torch.cat([pio.response_mask, obs.response_mask], 1)
+    order = torch.argsort((mask > 0).to(torch.int8), dim=1, stable=True)  # pads first
+    where = torch.empty_like(order).scatter_(
+        1, order, torch.arange(ids.shape[1], device=ids.device).expand_as(order))
+    cols = (where[:, -2 * T:] - 1).clamp_min(0)
+    return ids.gather(1, order), mask.gather(1, order), rmask, cols
+
+
+def mappo_advantages(rewards, values, rmask, collective: bool, gamma: float, lam: float):
+    """GAE of the (B, 2T) joint rewards: over the whole episode if collective, else per turn."""
+    if collective:
+        return joint_gae(rewards, values, rmask, gamma, lam)
+    T = rmask.shape[1] // 2
+    parts = [gae(rewards[:, c], values[:, c], rmask[:, c], gamma, lam)
+             for c in (slice(0, T), slice(T, 2 * T))]
+    return torch.cat([parts[0][0], parts[1][0]], 1), torch.cat([parts[0][1], parts[1][1]], 1)
+
+
 @register_learner("mappo")
 class MAPPO(CoryStructure, IPPO):
     """Two PPO actors with a shared centralized critic over the joint transcript."""
@@ -60,84 +95,82 @@ class MAPPO(CoryStructure, IPPO):
         """Actors carry no value loss: the centralized critic does the value learning."""
         return replace(self.cfg.ppo, vf_coef=0.0)
 
-    def joint(self, turns):
-        """(ids, mask, response mask) of [pioneer prompt | pioneer answer | observer answer]."""
-        pio, obs = sorted(turns.values(), key=lambda t: t.role != "pioneer")
-        T = pio.response_mask.shape[1]
-        ids = torch.cat([pio.input_ids, obs.input_ids[:, -T:]], 1)
-        mask = torch.cat([pio.attention_mask, obs.attention_mask[:, -T:]], 1)
-        return pio, obs, ids, mask, torch.cat([pio.response_mask, obs.response_mask], 1)
+    def critic_values(self, ids, mask, cols):
+        """Critic values (B, 2T) at the positions that predict each response token."""
+        return self.critic.values(ids, mask).gather(1, cols).float()
 
-    def critic_values(self, ids, mask, n):
-        """Critic values at the positions that predict the last n tokens."""
-        _, values, _ = self.critic(ids, mask)
-        return values[:, -n - 1:-1].float()
+    def passes(self, rows, mask):
+        """Row groups of one critic pass: mini_batch_size rows, within max_tokens_per_pass."""
+        cfg = self.cfg.ppo
+        return forward_passes(rows, mask, cfg.mini_batch_size, cfg.max_tokens_per_pass)
 
     def update(self, turns, iteration):
-        """Joint GAE with the centralized critic, then PPO per actor and a critic update."""
-        home = turns  # each agent's turn on its own device; the joint part runs on the critic's
-        pio, obs, ids, mask, rmask = self.joint({a: t.to(self.critic.device)
-                                                 for a, t in turns.items()})
-        T, cfg = pio.response_mask.shape[1], self.cfg.ppo
+        """Shaped rewards per agent, GAE with the centralized critic, PPO per actor, the critic."""
+        cfg, dev = self.cfg.ppo, self.critic.device
+        batches = {a: self.agents[a].batch(t) for a, t in turns.items()}
+        pio, obs = sorted(turns.values(), key=lambda t: t.role != "pioneer")
+        ids, mask, rmask, cols = joint_sequence(pio.to(dev), obs.to(dev))
+        old_values = torch.zeros_like(rmask)
         with torch.no_grad():
-            old_values = self.critic_values(ids, mask, 2 * T) * rmask
-        per_agent = []
-        for turn in (pio, obs):
-            agent = self.agents[turn.agent]
-            beta = agent.beta if cfg.kl_in == "reward" else 0.0
-            per_agent.append(token_rewards(torch.zeros_like(turn.reward), agent.penalty(turn),
-                                           turn.response_mask, beta))
-        rewards = torch.cat(per_agent, 1)
-        if self.reward_mode == "collective":  # the team reward, once, at the episode end
-            rewards = rewards + token_rewards(obs.reward, torch.zeros_like(rmask), rmask, 0.0)
-        else:
-            rewards[:, :T] += token_rewards(pio.reward, torch.zeros_like(pio.response_mask),
-                                            pio.response_mask, 0.0)
-            rewards[:, T:] += token_rewards(obs.reward, torch.zeros_like(obs.response_mask),
-                                            obs.response_mask, 0.0)
-        adv, returns = joint_gae(rewards, old_values, rmask, cfg.gamma, cfg.lam)
-        stats = {}
-        for k, joint_turn in enumerate((pio, obs)):
-            turn = home[joint_turn.agent]
-            agent = self.agents[turn.agent]
-            batch = agent.batch(turn)
-            cols = slice(k * T, (k + 1) * T)
-            a, r = adv[:, cols].to(turn.response_mask.device), returns[:, cols]
+            for p in self.passes(torch.arange(len(ids)), mask):
+                old_values[p] = self.critic_values(ids[p], mask[p], cols[p])
+        old_values = old_values * rmask
+        bp, bo = (batches[t.agent] for t in (pio, obs))
+        collective = self.reward_mode == "collective"
+        rewards_p = bp.rewards.to(dev)
+        if collective:  # the team score counts once, at the episode's end (in the observer's)
+            rewards_p = rewards_p - token_rewards(bp.scores.to(dev), torch.zeros_like(rewards_p),
+                                                  rmask[:, :rewards_p.shape[1]], 0.0)
+        rewards = torch.cat([rewards_p, bo.rewards.to(dev)], 1)
+        adv, returns = mappo_advantages(rewards, old_values, rmask, collective, cfg.gamma,
+                                        cfg.lam)
+        T, stats = pio.response_mask.shape[1], {}
+        for k, turn in enumerate((pio, obs)):
+            batch, cols_k = batches[turn.agent], slice(k * T, (k + 1) * T)
+            home = turn.response_mask.device
+            a = adv[:, cols_k].to(home)
             batch.advantages = masked_whiten(a, turn.response_mask) \
                 if cfg.whiten_advantages else a
-            batch.returns = r.to(turn.response_mask.device)
-            stats[turn.agent] = agent.learn(batch, turn, self.generator)
-        critic_stats = self.update_critic(ids, mask, rmask, old_values, returns)
+            batch.returns = returns[:, cols_k].to(home)
+            stats[turn.agent] = self.agents[turn.agent].learn(batch, turn, self.generator)
+        critic_stats = self.update_critic(ids, mask, rmask, cols, old_values, returns)
         for s in stats.values():
             s.update(critic_stats)
         return stats
 
-    def update_critic(self, ids, mask, rmask, old_values, returns) -> dict:
+    def update_critic(self, ids, mask, rmask, cols, old_values, returns) -> dict:
         """Clipped value regression of the centralized critic on the joint returns."""
-        cfg, B, n = self.cfg.ppo, len(ids), rmask.shape[1]
-        losses = []
+        cfg, B = self.cfg.ppo, len(ids)
+        params = self.critic.trainable_parameters()
+        max_norm = cfg.max_grad_norm if cfg.max_grad_norm else math.inf
+        losses, skipped = [], 0
         for _ in range(cfg.ppo_epochs):
             for idx in torch.randperm(B, generator=self.generator).split(cfg.backward_batch_size):
                 self.critic_optimizer.zero_grad(set_to_none=True)
-                step_loss, finite = 0.0, True
-                for part in forward_passes(idx, mask, len(idx), cfg.max_tokens_per_pass):
-                    values = self.critic_values(ids[part], mask[part], n)
+                step_loss, reason = 0.0, None
+                for part in self.passes(idx, mask):
+                    values = self.critic_values(ids[part], mask[part], cols[part])
                     loss, _ = value_loss(values, old_values[part], returns[part], rmask[part],
                                          cfg.cliprange_value)
-                    finite = self.comm.all_ok(bool(torch.isfinite(loss)))  # all ranks skip
-                    if not finite:
+                    if not self.comm.all_ok(bool(torch.isfinite(loss))):  # all ranks skip
+                        reason = f"non-finite critic loss {float(loss)}"
                         break
                     self.comm.backward(loss * (len(part) / len(idx)))
                     step_loss += float(loss.detach()) * len(part) / len(idx)
-                if not finite:
+                if reason is None:
+                    norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+                    if not self.comm.all_ok(math.isfinite(norm)):
+                        reason = f"non-finite critic grad norm {norm}"
+                if reason:
                     self.critic_optimizer.zero_grad(set_to_none=True)
+                    skipped += 1
+                    warnings.warn(f"MAPPO: skipping a critic step: {reason}", RuntimeWarning,
+                                  stacklevel=2)
                     continue
-                if cfg.max_grad_norm:
-                    torch.nn.utils.clip_grad_norm_(self.critic.trainable_parameters(),
-                                                   cfg.max_grad_norm)
                 self.critic_optimizer.step()
                 losses.append(step_loss)
-        return {"critic_value_loss": sum(losses) / max(len(losses), 1)}
+        return {"critic_value_loss": sum(losses) / len(losses) if losses else float("nan"),
+                "critic_skipped_batches": float(skipped)}
 
     def state_dict(self):
         """Learner state plus the critic's optimizer."""

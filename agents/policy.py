@@ -407,6 +407,15 @@ class LLMPolicy(nn.Module):
                           values=values, entropy=entropy,
                           logsoftmax=raw if return_logsoftmax else None)
 
+    def values(self, input_ids, attention_mask) -> torch.Tensor:
+        """Values (B, L) float32 at every position, without the LM head (a critic's pass)."""
+        self._activate()
+        L = input_ids.shape[1]
+        ids, mask = trim_left_padding(input_ids, attention_mask, 1)
+        h, _ = self._hidden(self.hf_model, ids, mask)
+        v = self.value_head(h.float()).squeeze(-1)  # (B, L') for the trimmed columns
+        return F.pad(v, (L - v.shape[1], 0))
+
     def reference_logsoftmax(self, input_ids, attention_mask, n_response: int,
                              chunk_size: int = 32) -> torch.Tensor:
         """No-grad reference log-softmax (B, T, V) of the last T tokens, chunked over the batch."""

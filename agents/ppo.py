@@ -294,6 +294,7 @@ class PPOBatch:
     rewards: Tensor  # (B, T), already shaped per-token rewards
     advantages: Tensor | None = None  # (B, T), set by prepare_advantages
     returns: Tensor | None = None  # (B, T), set by prepare_advantages
+    scores: Tensor | None = None  # (B,) the shaped sequence scores inside `rewards`
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]

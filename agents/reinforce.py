@@ -2,9 +2,9 @@
 
 Everything a learner needs fits in this file: subclass `Learner` (here with CORY's structure
 mixed in), register it, implement `update`. Here each response's return is its env reward
-minus beta * (summed KL); the advantage is that return minus the batch mean, divided by the
-batch std (GRPO-style), spread over every token of the response; the clipped PPO loss is
-reused with the value loss off.
+minus beta * (summed KL); the advantage is that return minus the mean of the global batch
+(every rank's rows), divided by its std (GRPO-style), spread over every token of the response;
+the clipped PPO loss is reused with the value loss off.
 
     python -m benchmarks.run --methods ppo,reinforce     # it is now a method like any other
 """
@@ -12,6 +12,8 @@ reused with the value loss off.
 from __future__ import annotations
 
 from dataclasses import replace
+
+import torch
 
 from .cory import CoryStructure
 from .learner import Learner, register_learner
@@ -32,7 +34,9 @@ class Reinforce(CoryStructure, Learner):
             agent = self.agents[name]
             batch = agent.batch(turn)  # per-token rewards: -beta*KL + score on the last token
             returns = (batch.rewards * turn.response_mask).sum(1)
-            adv = (returns - returns.mean()) / (returns.std() + 1e-8)
+            every = self.comm.gather(returns)  # the global batch's statistics on every rank
+            std = every.std() if len(every) > 1 else torch.zeros(())
+            adv = (returns - every.mean()) / (std + 1e-8)
             batch.advantages = adv[:, None] * turn.response_mask
             batch.returns = returns[:, None] * turn.response_mask
             stats[name] = agent.learn(batch, turn, self.generator)

@@ -58,8 +58,8 @@ def main(argv=None) -> int:
     accelerator = make_accelerator(cpu=True if args.cpu else None)
     trainer = DistributedTrainer(cfg, accelerator, sharding="fsdp" if args.fsdp else None)
     ckpt = os.path.join(args.out, "checkpoint.pt") if args.out else None
-    if args.resume and ckpt and os.path.exists(ckpt):
-        trainer.load(ckpt)
+    if args.resume and ckpt:
+        trainer.resume(ckpt)  # the ranks agree on whether the file is there
     log = os.path.join(args.out, "metrics.jsonl") if args.out else None
     if log and trainer.is_main_process:  # the records after the checkpoint are redone
         keep_jsonl(log, lambda r: r.get("iteration", trainer.iteration) < trainer.iteration)

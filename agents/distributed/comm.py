@@ -53,6 +53,10 @@ class SyncedPolicy:
         return Evaluation(**self.wrapped("evaluate", input_ids, attention_mask, n_response,
                                          **kwargs))
 
+    def values(self, input_ids, attention_mask):
+        """`policy.values` (a critic's pass) through the wrapper."""
+        return self.wrapped("values", input_ids, attention_mask)
+
     def __call__(self, *args, **kwargs):
         """`policy.forward` through the wrapper."""
         return self.wrapped("forward", *args, **kwargs)
@@ -97,8 +101,14 @@ class DDPComm(Comm):
         return wrap_policy(policy, self.accelerator, head_unused=critic)
 
     def backward(self, loss: torch.Tensor) -> None:
-        """Back-propagate through the accelerator."""
-        self.accelerator.backward(loss)
+        """Back-propagate through the accelerator, with the learner's scaling as the only one.
+
+        `accelerator.backward` divides by its gradient_accumulation_steps (set by an accelerate
+        config or ACCELERATE_GRADIENT_ACCUMULATION_STEPS); the updates already weight each pass
+        by its share of the optimizer step, so that division is undone here.
+        """
+        steps = getattr(self.accelerator, "gradient_accumulation_steps", 1) or 1
+        self.accelerator.backward(loss * steps)
 
     def _tensor(self, values, dtype=torch.float64) -> torch.Tensor:
         return torch.tensor(values, dtype=dtype, device=self.accelerator.device)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import random
 import warnings
 from dataclasses import dataclass
@@ -195,6 +196,24 @@ class DistributedTrainer(Trainer):
             state.update(world_size=self.world_size, ranks=ranks)
             atomic_save(state, path)
         self.comm.barrier()
+
+    def resume(self, path: str) -> bool:
+        """Load `path` on every rank if rank 0 has it; False (a fresh start) if no rank has it.
+
+        Ranks agree first: a rank that cannot see the file rank 0 wrote (no shared filesystem)
+        fails with the ranks named, instead of training on from different weights.
+        """
+        seen = self.comm.gather_object(os.path.exists(path))
+        if not any(seen):
+            return False
+        if not all(seen):
+            missing = [r for r, ok in enumerate(seen) if not ok]
+            raise FileNotFoundError(
+                f"checkpoint {path} exists on rank(s) {[r for r, ok in enumerate(seen) if ok]} "
+                f"but not on rank(s) {missing}: resuming needs the file on every rank (a shared "
+                f"filesystem, or copy it to each node)")
+        self.load(path)
+        return True
 
     def load(self, path: str) -> None:
         """Resume on every rank; a rank missing from the checkpoint gets derived RNG seeds."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -39,10 +40,18 @@ def config(model, method="cory", **kw):
     from agents.train import TrainConfig
 
     batch = kw.pop("batch_size", 8)
-    ppo = PPOConfig(batch_size=batch, mini_batch_size=4, ppo_epochs=2, lr=3e-3,
-                    init_kl_coef=0.05)
+    ppo = PPOConfig(batch_size=batch, mini_batch_size=kw.pop("mini_batch_size", 4), ppo_epochs=2,
+                    lr=3e-3, init_kl_coef=0.05)
     return TrainConfig(task=kw.pop("task", "shardtoy"), method=method, model=model,
                        batch_size=batch, ppo=ppo, iterations=kw.pop("iterations", 3), **kw)
+
+
+def full_critic(trainer) -> torch.Tensor:
+    """The critic's trainable parameters as one full (unsharded) vector."""
+    from torch.distributed.tensor import DTensor
+
+    return torch.cat([(p.full_tensor() if isinstance(p, DTensor) else p).detach().flatten()
+                      for p in trainer.learner.critic.trainable_parameters()])
 
 
 def checksum(trainer) -> str:
@@ -73,9 +82,12 @@ def worker(argv) -> None:
     p.add_argument("--model")
     p.add_argument("--out")
     p.add_argument("--fsdp", action="store_true")
+    p.add_argument("--checks", action="store_true")
     args = p.parse_args(argv)
     if args.fsdp:
         fsdp_rank(args.model, args.out)
+    elif args.checks:
+        checks_rank(args.model, args.out)
     else:
         run_rank(args.model, args.out, "cory", iterations=3, poison_iteration=2)
         run_rank(args.model, args.out, "mappo", iterations=3, poison_iteration=1)
@@ -114,6 +126,126 @@ def run_rank(model, out, method, iterations, poison_iteration) -> None:
         json.dump(record, f)
 
 
+def pass_loss(policy, b):
+    """One pass's PPO loss (clipped policy loss + value loss) on batch b."""
+    from agents.ppo import policy_loss, value_loss
+
+    T = b.response_mask.shape[1]
+    ev = policy.evaluate(b.input_ids, b.attention_mask, T)
+    pg, _ = policy_loss(ev.logprobs, b.old_logprobs, b.advantages, b.response_mask, 0.2)
+    vf, _ = value_loss(ev.values, b.old_values, b.returns, b.response_mask, 0.2)
+    return pg + 0.1 * vf
+
+
+def checks_rank(model, out) -> None:
+    """The multi-rank checks of test_multi_rank_statistics_gradients_and_resume."""
+    from agents.distributed import DistributedTrainer, make_accelerator
+    from agents.ppo import prepare_advantages
+
+    acc = make_accelerator(cpu=True)
+    record = {}
+    # 1. gradients: DDP's equal the single-process gradient of the global batch (the ranks'
+    # rows as two accumulated passes), also when accelerate is set to divide by its own
+    # gradient_accumulation_steps
+    trainer = DistributedTrainer(config(model, "cory", iterations=1), acc)
+    learner, comm = trainer.learner, trainer.comm
+    update = learner.update
+
+    def grad_check(turns, iteration):
+        agent = learner.agents["llm_0"]
+        batch = prepare_advantages(agent.batch(turns["llm_0"]), agent.cfg)
+        batch = batch.index(torch.arange(len(batch)))  # rows out of the rollout's inference mode
+        every = comm.gather_object(batch.to("cpu"))
+        params = agent.policy.trainable_parameters()
+        for steps in (1, 3):
+            acc.gradient_accumulation_steps = steps
+            agent.optimizer.zero_grad(set_to_none=True)
+            comm.backward(pass_loss(agent.policy, batch))
+            ddp = [p.grad.clone() for p in params]
+            agent.optimizer.zero_grad(set_to_none=True)
+            (sum(pass_loss(learner.policies["llm_0"], b) for b in every) / len(every)).backward()
+            plain = [p.grad.clone() for p in params]
+            agent.optimizer.zero_grad(set_to_none=True)
+            record[f"grad_diff_{steps}"] = max(float((a - b).abs().max())
+                                               for a, b in zip(ddp, plain))
+            record[f"grad_scale_{steps}"] = max(float(b.abs().max()) for b in plain)
+        acc.gradient_accumulation_steps = 1
+        return update(turns, iteration)
+
+    learner.update = grad_check
+    trainer.step()
+    # 2. the adaptive KL controller sees the global KL: rank 0's KL is below the target,
+    # rank 1's above, so unsynchronised controllers would move in opposite directions
+    cfg = config(model, "cory", iterations=1)
+    cfg.ppo.kl_penalty, cfg.ppo.kl_horizon = "full", 100.0
+    trainer = DistributedTrainer(cfg, acc)
+    update = trainer.learner.update
+
+    def set_kl(turns, iteration):
+        for t in turns.values():
+            t.full_kl = torch.zeros_like(t.full_kl)
+            t.full_kl[:, 0] = 1.0 if trainer.rank == 0 else 20.0  # summed KL per answer
+        return update(turns, iteration)
+
+    trainer.learner.update = set_kl
+    trainer.step()
+    record["beta"] = {a: s.beta for a, s in trainer.learner.agents.items()}
+    # 3. score statistics over the global batch, with normalisation on
+    cfg = config(model, "cory", iterations=1)
+    cfg.ppo.use_score_norm = True
+    trainer = DistributedTrainer(cfg, acc)
+    rewards = {}
+    update = trainer.learner.update
+
+    def keep_rewards(turns, iteration):
+        rewards.update({a: t.reward.tolist() for a, t in turns.items()})
+        return update(turns, iteration)
+
+    trainer.learner.update = keep_rewards
+    trainer.step()
+    record["score_stats"] = {a: s.score_stats.state_dict()
+                             for a, s in trainer.learner.agents.items()}
+    record["rewards"] = rewards
+    # 4. REINFORCE with one row per rank: the baseline's std is over the global batch
+    one = DistributedTrainer(config(model, "reinforce", iterations=2, batch_size=1,
+                                    mini_batch_size=1), acc)
+    update, advantages = one.learner.update, []
+
+    def rank_rewards(turns, iteration):  # 1 on rank 0, 3 on rank 1: global mean 2, std 1.41
+        for t in turns.values():
+            t.reward = torch.full_like(t.reward, 1.0 + 2.0 * one.rank)
+        return update(turns, iteration)
+
+    for agent in one.learner.agents.values():
+        learn = agent.learn
+        agent.learn = lambda batch, *a, learn=learn: (
+            advantages.append(float(batch.advantages[0, 0])), learn(batch, *a))[1]
+    one.learner.update = rank_rewards
+    record["reinforce"] = [{a: m[a]["optimizer_steps"] for a in ("llm_0", "llm_1")}
+                           for m in one.run()]
+    record["reinforce_advantages"] = advantages
+    # 5. a 2-rank DDP run killed after 2 iterations and resumed equals the uninterrupted run
+    full = [numbers(m) for m in DistributedTrainer(config(model, "cory", t_rex=1), acc).run()]
+    head_trainer = DistributedTrainer(config(model, "cory", t_rex=1), acc)
+    head = [numbers(head_trainer.step()) for _ in range(2)]
+    path = os.path.join(out, "resume.pt")
+    head_trainer.save(path)
+    tail_trainer = DistributedTrainer(config(model, "cory", t_rex=1), acc)
+    assert tail_trainer.resume(path)
+    record["resumed_equal"] = head + [numbers(m) for m in tail_trainer.run()] == full
+    # 6. a checkpoint that only some ranks can see is refused on every rank
+    local = path if trainer.rank == 0 else os.path.join(out, "not-on-this-node.pt")
+    try:
+        DistributedTrainer(config(model, "cory"), acc).resume(local)
+        record["one_sided"] = "resumed"
+    except FileNotFoundError as err:
+        record["one_sided"] = str(err)
+    record["fresh"] = DistributedTrainer(config(model, "cory"), acc).resume(
+        os.path.join(out, "nowhere.pt"))
+    with open(os.path.join(out, f"checks{trainer.rank}.json"), "w") as f:
+        json.dump(record, f)
+
+
 def fsdp_rank(model, out) -> None:
     """CORY under DDP, then under FSDP (uninterrupted, and saved + resumed), then MAPPO, then
     CORY under bf16 autocast with DDP and with FSDP."""
@@ -146,7 +278,9 @@ def fsdp_rank(model, out) -> None:
     record["metrics"]["fsdp_resumed"] = [numbers(m) for m in tail.run()]
     tail.save(os.path.join(out, "fsdp-resumed.pt"))
     critic = trainer("fsdp", "mappo", iterations=2)
+    before = full_critic(critic)
     record["metrics"]["mappo"] = [numbers(m) for m in critic.run()]
+    record["critic_moved"] = float((full_critic(critic) - before).abs().max())
     for sharding in ("ddp", "fsdp"):  # bf16 autocast: the reference copy is stored in bf16
         cfg = config(model, "cory", t_rex=1, iterations=2, mixed_precision="bf16")
         t = DistributedTrainer(cfg, acc, sharding=sharding)
@@ -205,6 +339,62 @@ def test_two_cpu_ranks_share_weights_and_split_the_data(toy_lm, tmp_path):
     assert all(not set(q0) & set(q1) for q0, q1 in zip(m0["queries"], m1["queries"]))
 
 
+def test_multi_rank_statistics_gradients_and_resume(toy_lm, tmp_path):
+    """Two ranks: gradients, KL control, score statistics, REINFORCE's baseline, resume."""
+    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+           "2", os.path.abspath(__file__), "--model", toy_lm, "--out", str(tmp_path), "--checks"]
+    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + "\n".join(
+        line for line in proc.stderr.splitlines() if "Error" in line or "error" in line)[-6000:]
+    r0, r1 = (json.load(open(tmp_path / f"checks{r}.json")) for r in (0, 1))
+    # DDP's gradient is the global batch's (a missing all-reduce, a double average or
+    # accelerate's extra division by its accumulation steps would each change it)
+    for r in (r0, r1):
+        for steps in (1, 3):
+            assert r[f"grad_scale_{steps}"] > 1e-4
+            assert r[f"grad_diff_{steps}"] <= 1e-6 + 1e-4 * r[f"grad_scale_{steps}"], r
+    # beta moved by the mean KL (1 and 20 -> 10.5 > target 6: the error clips at +0.2) on both
+    # ranks; per-rank controllers would have moved down on rank 0 and up on rank 1
+    n = 8 * 2  # the global batch
+    for a in ("llm_0", "llm_1"):
+        assert r0["beta"][a] == r1["beta"][a] == pytest.approx(0.05 * (1 + 0.2 * n / 100))
+    # score statistics folded the global batch in, identically on both ranks
+    for a in ("llm_0", "llm_1"):
+        every = torch.tensor(r0["rewards"][a] + r1["rewards"][a], dtype=torch.float64)
+        assert r0["score_stats"][a] == r1["score_stats"][a]
+        assert r0["score_stats"][a]["count"] == 16
+        assert r0["score_stats"][a]["mean"] == pytest.approx(float(every.mean()))
+        assert r0["score_stats"][a]["var"] == pytest.approx(float(every.var(unbiased=False)))
+    # one row per rank: REINFORCE's std comes from both rows, so nothing is skipped
+    # (a per-rank baseline would give 0, or NaN and skipped steps)
+    assert all(m[a] > 0 for r in (r0, r1) for m in r["reinforce"] for a in m)
+    for r, sign in ((r0, -1), (r1, 1)):  # (r - 2) / 1.41, up to the small KL penalty
+        assert all(a * sign == pytest.approx(0.7071, abs=0.05) for a in r["reinforce_advantages"])
+    # resumed on two ranks: the same run; a checkpoint missing on a rank is refused by both
+    assert r0["resumed_equal"] and r1["resumed_equal"]
+    for r in (r0, r1):
+        assert "exists on rank(s) [0] but not on rank(s) [1]" in r["one_sided"]
+        assert r["fresh"] is False
+
+
+def test_accelerate_gradient_accumulation_does_not_rescale_the_updates(toy_lm):
+    """accelerator.backward divides by its gradient_accumulation_steps; the comm undoes it."""
+    from agents.distributed import DDPComm, make_accelerator
+
+    acc = make_accelerator(cpu=True)
+    w = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
+    grads = []
+    for steps in (1, 4):
+        acc.gradient_accumulation_steps = steps
+        w.grad = None
+        DDPComm(acc).backward((w * torch.tensor([3.0, 5.0])).sum())
+        grads.append(w.grad.clone())
+    acc.gradient_accumulation_steps = 1
+    assert grads[0].tolist() == grads[1].tolist() == [3.0, 5.0]
+
+
 def _tensors(obj, prefix=""):
     """Every tensor inside a (nested) checkpoint, by path."""
     if isinstance(obj, torch.Tensor):
@@ -253,8 +443,11 @@ def test_fsdp_matches_ddp_shards_the_weights_and_resumes_exactly(toy_lm, tmp_pat
     resumed = _tensors(torch.load(tmp_path / "fsdp-resumed.pt", weights_only=False))
     for k in weights:
         assert torch.equal(resumed[k], f[k]), k
-    # MAPPO's sharded critic trains too
-    assert all(m["llm_0"]["optimizer_steps"] > 0 for m in r0["metrics"]["mappo"])
+    # MAPPO's sharded critic trains: its weights move and its loss changes between iterations
+    assert r0["critic_moved"] > 1e-4 and r1["critic_moved"] == r0["critic_moved"]
+    losses = [m["llm_0"]["critic_value_loss"] for m in r0["metrics"]["mappo"]]
+    assert all(math.isfinite(x) for x in losses) and losses[0] != losses[1]
+    assert all(m["llm_0"]["critic_skipped_batches"] == 0 for m in r0["metrics"]["mappo"])
     # under bf16 autocast the (sharded) reference copy is stored in bf16, and FSDP still
     # learns what DDP does
     assert r0["ddp_bf16_frozen"] == r0["fsdp_bf16_frozen"] == ["torch.bfloat16"]

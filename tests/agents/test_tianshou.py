@@ -115,6 +115,47 @@ def test_team_reward_adapter_gives_the_pioneer_the_collective_return():
     assert (returns == PERFECT_TEAM).all()  # the whole interleaved episode shares it
 
 
+class PartialOraclePolicy(OraclePolicy):
+    """The pioneer always says the right colour; the observer only for the first half of the
+    things (else a wrong colour): team rewards of 2 or 1 that depend on each env's query."""
+
+    KNOWN = sorted(THINGS)[: len(THINGS) // 2]
+
+    def forward(self, batch, state=None, **kwargs):
+        acts = []
+        for agent, ids, mask in zip(batch.obs.agent_id, batch.obs.obs.input_ids,
+                                    batch.obs.obs.attention_mask):
+            act = self._token(ids, mask)
+            if agent == "llm_1" and act != ID["<eos>"] and thing_of(ids) not in self.KNOWN:
+                act = ID[next(c for c in sorted(set(THINGS.values())) if ID[c] != act)]
+            acts.append(act)
+        return Batch(act=np.array(acts))
+
+
+def thing_of(ids) -> str:
+    """The thing named in an observation's prompt."""
+    return next(WORDS[i] for i in ids if WORDS[i] in THINGS)
+
+
+def test_each_env_of_a_vector_keeps_its_own_team_rewards():
+    """Three envs on different queries: every transition's reward and return are its own
+    episode's (misrouting rewards between envs would mix the 1s and 2s)."""
+    envs = [TeamRewardPettingZooEnv(cory_env.env(task="course", action_mask=True, seed=s))
+            for s in range(3)]
+    buffer = VectorReplayBuffer(3 * 64, 3)
+    Collector(PartialOraclePolicy(envs[0].action_space),
+              DummyVectorEnv([lambda e=e: e for e in envs]), buffer).collect(
+        n_episode=12, reset_before_collect=True)
+    batch, indices = buffer.sample(0)
+    things = [thing_of(ids) for ids in batch.obs.obs.input_ids]
+    expected = np.array([2.0 if t in PartialOraclePolicy.KNOWN else 1.0 for t in things])
+    assert set(expected) == {1.0, 2.0}  # the envs saw both kinds of query
+    done = batch.terminated
+    assert (batch.rew[done] == expected[done]).all() and (batch.rew[~done] == 0).all()
+    returns = _mc_ppo(envs[0])._preprocess_batch(batch, buffer, indices).returns
+    assert np.allclose(returns.numpy(), expected)  # pioneer and observer: their episode's
+
+
 def test_team_reward_reduction():
     env = TeamRewardPettingZooEnv(cory_env.env(task="course", reward_mode="individual"),
                                   reduction="sum")

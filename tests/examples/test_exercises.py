@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 
+import pytest
 import torch
 from pettingzoo.test import api_test
 
@@ -29,7 +30,9 @@ def test_ex3_structure_flags_change_roles_and_prompts():
     out = ex3_structure.main(["--iterations", "4"])
     assert [m["llm_0"]["role"] for m in out["cory-no-re"]] == ["pioneer"] * 4
     assert [m["llm_0"]["role"] for m in out["cory"]] == ["pioneer"] * 3 + ["observer"]
-    assert all(m["llm_1"]["kl"] >= 0 for h in out.values() for m in h)
+    for history in out.values():  # the policies start as the reference, then move away
+        assert history[0]["llm_1"]["kl"] == pytest.approx(0.0, abs=1e-6)
+        assert history[-1]["llm_1"]["kl"] > 1e-4
 
 
 def test_ex4_new_task_follows_the_api_and_pays_as_documented():

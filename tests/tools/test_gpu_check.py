@@ -49,6 +49,7 @@ def test_dry_run_of_make_gpu_check_writes_the_table(tmp_path):
         assert r["update_s"] > 0 and r["ref_s"] > 0 and r["update_tflops"] > 0
         assert r["mfu"] is None  # no bf16 peak on a CPU
         assert all(math.isfinite(x) for x in r["losses"]) and r["skipped_batches"] == [0, 0]
+    assert report["fsdp_checkpoint"]["ok"] and report["fsdp_checkpoint"]["tensors"] > 0
     assert "skipped" in report["tests"]["summary"]  # the CUDA tests were selected and skipped
     table = (out / "gpu_check.md").read_text()
     assert table.count("\n| imdb |") == 4 and "MFU" in table

@@ -7,7 +7,9 @@ Builds random-init models of the paper's shapes locally (no hub): GPT-2-Large (7
 IMDB and a 1.1B Llama loaded in 4-bit nf4 with LoRA for GSM8K, each with the offline task's
 tokenizer padded with placeholder tokens to the model's vocabulary. Then runs a few
 iterations of PPO and CORY per shape in its own child process (so peak memory is per job),
-with and without `torch_compile`, and the suite's CUDA-only tests (`pytest -m gpu`).
+with and without `torch_compile`; one FSDP iteration and checkpoint on a tiny model (the
+full-state gather of sharded weights on the device); and the suite's CUDA-only tests
+(`pytest -m gpu`).
 
 Per job and phase it records seconds (median over the iterations after the first), generated
 tokens/s, peak GPU memory, and the update's model FLOP utilisation (MFU) against the device's
@@ -287,6 +289,32 @@ def run_child(cmd: list[str], timeout: float) -> tuple[dict | None, str]:
     return None, (p.stderr or p.stdout).strip()[-2000:]
 
 
+def run_fsdp_checkpoint(model: Path, out: Path, cuda: bool, deadline: float) -> dict:
+    """One FSDP iteration + checkpoint through `python -m agents.distributed --fsdp` (one
+    rank), then the checkpoint's tensors must be full (unsharded) CPU tensors."""
+    import torch
+
+    left = deadline - time.monotonic()
+    if left < 20:
+        return {"skipped": "time limit"}
+    folder = out / "fsdp"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+           "1", "-m", "agents.distributed", "--fsdp", "--task", "sentiment", "--model",
+           str(model), "--iterations", "1", "--batch-size", "4", "--mini-batch-size", "2",
+           "--ppo-epochs", "1", "--out", str(folder)] + ([] if cuda else ["--cpu"])
+    t0 = time.monotonic()
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=left, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        return {"failed": "stopped at the time limit"}
+    if p.returncode:
+        return {"error": (p.stderr or p.stdout)[-2000:]}
+    state = torch.load(folder / "checkpoint.pt", map_location="cpu", weights_only=False)
+    tensors = [v for agent in state["policies"].values() for v in agent.values()]
+    full = all(type(v) is torch.Tensor and v.device.type == "cpu" for v in tensors)
+    return {"ok": full, "tensors": len(tensors), "wall_s": round(time.monotonic() - t0, 1)}
+
+
 def run_tests(deadline: float) -> dict:
     """The suite's CUDA-only tests (`pytest -m gpu`): counts and the summary line."""
     left = deadline - time.monotonic()
@@ -323,8 +351,10 @@ def markdown(report: dict) -> str:
             cells += [f"{r['step_s']:.2f}", f"{r['rollout_s']:.2f}", f"{r['ref_s']:.2f}",
                       f"{r['update_s']:.2f}", f"{r['decode_tokens_per_s']:.0f}", gib, mfu]
         rows.append("| " + " | ".join(cells) + " |")
-    tests = report["tests"]
-    foot = f"\nCUDA-only tests (`pytest -m gpu`): {tests.get('summary') or tests}\n"
+    tests, fsdp = report["tests"], report["fsdp_checkpoint"]
+    foot = (f"\nFSDP checkpoint (one rank, full tensors on the CPU): "
+            f"{'ok' if fsdp.get('ok') else fsdp}\n"
+            f"CUDA-only tests (`pytest -m gpu`): {tests.get('summary') or tests}\n")
     return head + "\n".join(rows) + "\n" + foot
 
 
@@ -387,6 +417,8 @@ def check(args) -> dict:
             job["error"] = err
         print(f"gpu_check: {job['shape']} {job['method']} compile={job['compile']}: "
               f"{'ok' if job['result'] else 'failed'} in {job['wall_s']} s", flush=True)
+    tiny = build_model(shapes(dry=True)[0], models / "tiny")  # FSDP's gather, not its speed
+    report["fsdp_checkpoint"] = run_fsdp_checkpoint(tiny, out, cuda, deadline - 30)
     report["tests"] = run_tests(deadline) if args.tests else {"skipped": "--no-tests"}
     report["wall_s"] = round(time.monotonic() - start, 1)
     (out / "gpu_check.json").write_text(json.dumps(report, indent=1) + "\n")
@@ -426,6 +458,8 @@ def main(argv=None) -> None:
         return
     report = check(args)
     failed = [j for j in report["jobs"] if j.get("error")]
+    failed += [] if report["fsdp_checkpoint"].get("ok", True) else ["fsdp"]
+    failed += ["fsdp"] if report["fsdp_checkpoint"].get("error") else []
     tests_failed = report["tests"].get("returncode") not in (None, 0, 5)  # 5: none collected
     sys.exit(1 if failed or tests_failed else 0)
 
