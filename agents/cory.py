@@ -34,7 +34,7 @@ class CoryStructure:
 
     def reset_options(self, iteration: int) -> dict:
         """The role schedule: exchange every cfg.t_rex iterations (if role_exchange)."""
-        return {"swap_roles": self.role_exchange
+        return {**super().reset_options(iteration), "swap_roles": self.role_exchange
                 and pioneer_is_swapped(iteration, self.cfg.t_rex)}
 
 

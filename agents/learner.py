@@ -31,6 +31,7 @@ from .ppo import (
     kl_per_token,
     make_kl_controller,
     ppo_update,
+    prepare_advantages,
     scale_scores,
     token_rewards,
 )
@@ -45,11 +46,21 @@ class LearnerConfig:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     t_rex: int = 5  # role-exchange period, for learners that exchange roles
     eta: float | None = None  # weight of KL in the combined reward; None -> current beta
+    group_size: int | None = None  # answers per query (None: the learner's own default)
+    per_agent_norm: bool = True  # normalise advantages per agent, not over both (Dr. MAS)
+    group_kl_in: str = "loss"  # where the GRPO family puts the KL: "loss" (k3) or "reward"
 
     def validate(self) -> LearnerConfig:
         """Raise ValueError naming the bad field."""
         if isinstance(self.t_rex, bool) or not isinstance(self.t_rex, int) or self.t_rex < 1:
             raise ValueError(f"t_rex must be a positive integer, got {self.t_rex!r}")
+        g = self.group_size
+        if g is not None and (isinstance(g, bool) or not isinstance(g, int) or g < 1):
+            raise ValueError(f"group_size must be None or a positive integer, got {g!r}")
+        if not isinstance(self.per_agent_norm, bool):
+            raise ValueError(f"per_agent_norm must be True or False, got {self.per_agent_norm!r}")
+        if self.group_kl_in not in ("loss", "reward"):
+            raise ValueError(f"group_kl_in must be 'loss' or 'reward', got {self.group_kl_in!r}")
         self.ppo.validate()
         return self
 
@@ -140,6 +151,19 @@ class PPOAgent:
         self.score_stats.load_state_dict(state["score_stats"])
 
 
+def joint_whiten(advantages: list[torch.Tensor], masks: list[torch.Tensor],
+                 gather=None) -> list[torch.Tensor]:
+    """Whiten several (B, T) advantages with one mean and std over all their masked tokens
+    (and, with `gather` = `comm.gather`, over every rank's)."""
+    gather = gather or (lambda x: x)
+    dev = advantages[0].device
+    flat = torch.cat([gather(a.to(dev))[gather(m.to(dev)) > 0]
+                      for a, m in zip(advantages, masks)])
+    mean, std = flat.mean(), flat.std() if flat.numel() > 1 else flat.new_ones(())
+    return [torch.where(m > 0, (a - mean.to(a.device)) / (std.to(a.device) + 1e-8),
+                        torch.zeros_like(a)) for a, m in zip(advantages, masks)]
+
+
 class Learner:
     """Base learner: one PPOAgent per LLM; subclasses override `update` (and maybe more).
 
@@ -154,6 +178,7 @@ class Learner:
     reward_mode = "individual"  # "collective" (r_pio + r_obs to both) or "individual"
     role_exchange = False  # swap pioneer and observer every t_rex iterations
     needs_critic = False  # True: the Trainer builds a separate critic model (`critic=`)
+    group_size = 1  # answers per query it asks for when cfg.group_size is None
 
     def __init__(self, policies: dict, cfg: LearnerConfig, seed: int = 0,
                  comm: Comm | None = None):
@@ -173,9 +198,15 @@ class Learner:
         return {"knowledge_transfer": self.knowledge_transfer, "reward_mode": self.reward_mode,
                 "single_agent": self.n_agents == 1}
 
+    @property
+    def group(self) -> int:
+        """G: answers per query in each batch (cfg.group_size, else the class default)."""
+        return self.cfg.group_size or self.group_size
+
     def reset_options(self, iteration: int) -> dict:
-        """Per-iteration env options: fixed roles (see `agents.cory` for the exchange)."""
-        return {"swap_roles": False}
+        """Per-iteration env options: fixed roles (see `agents.cory` for the exchange), and
+        G answers per query when G > 1."""
+        return {"swap_roles": False, **({"group_size": self.group} if self.group > 1 else {})}
 
     def update(self, turns: dict[str, Turn], iteration: int) -> dict[str, dict[str, float]]:
         """Learn from one rollout; return per-agent stats."""
@@ -249,10 +280,18 @@ class IPPO(Learner):
     """Independent PPO: each LLM learns from its own turn with its own critic."""
 
     def update(self, turns, iteration):
-        """PPO on each agent's own turn."""
-        return {agent: self.agents[agent].learn(self.agents[agent].batch(turn), turn,
-                                                self.generator)
-                for agent, turn in turns.items()}
+        """PPO on each agent's own turn (advantages whitened per agent, or jointly)."""
+        batches = {a: self.agents[a].batch(t) for a, t in turns.items()}
+        cfg = self.cfg.ppo
+        if not self.cfg.per_agent_norm and len(batches) > 1 and cfg.whiten_advantages:
+            raw = replace(cfg, whiten_advantages=False)
+            for b in batches.values():
+                prepare_advantages(b, raw)
+            white = joint_whiten([b.advantages for b in batches.values()],
+                                 [b.response_mask for b in batches.values()])
+            for b, w in zip(batches.values(), white):
+                b.advantages = w
+        return {a: self.agents[a].learn(b, turns[a], self.generator) for a, b in batches.items()}
 
 
 @register_learner("ppo")

@@ -20,7 +20,7 @@ import torch
 
 from .comm import Comm
 from .cory import CoryStructure
-from .learner import IPPO, LearnerConfig, register_learner
+from .learner import IPPO, LearnerConfig, joint_whiten, register_learner
 from .ppo import forward_passes, gae, masked_whiten, token_rewards, value_loss
 
 
@@ -125,12 +125,15 @@ class MAPPO(CoryStructure, IPPO):
         adv, returns = mappo_advantages(rewards, old_values, rmask, collective, cfg.gamma,
                                         cfg.lam)
         T, stats = pio.response_mask.shape[1], {}
+        if cfg.whiten_advantages:  # per agent (per_agent_norm), or over both agents' tokens
+            parts = [adv[:, :T], adv[:, T:]]
+            masks = [rmask[:, :T], rmask[:, T:]]
+            adv = torch.cat(joint_whiten(parts, masks) if not self.cfg.per_agent_norm else
+                            [masked_whiten(a, m) for a, m in zip(parts, masks)], 1)
         for k, turn in enumerate((pio, obs)):
             batch, cols_k = batches[turn.agent], slice(k * T, (k + 1) * T)
             home = turn.response_mask.device
-            a = adv[:, cols_k].to(home)
-            batch.advantages = masked_whiten(a, turn.response_mask) \
-                if cfg.whiten_advantages else a
+            batch.advantages = adv[:, cols_k].to(home)
             batch.returns = returns[:, cols_k].to(home)
             stats[turn.agent] = self.agents[turn.agent].learn(batch, turn, self.generator)
         critic_stats = self.update_critic(ids, mask, rmask, cols, old_values, returns)

@@ -323,10 +323,12 @@ class LLMPolicy(nn.Module):
     # -- rollout ------------------------------------------------------------------------------
 
     def begin(self, prompt_ids, prompt_mask, sampling: SamplingConfig | None = None,
-              max_new_tokens: int | None = None) -> DecodeState:
+              max_new_tokens: int | None = None, repeat: int = 1) -> DecodeState:
         """Run the left-padded (B, P) prompt once; keep the KV cache and next-token logits.
 
         `max_new_tokens`, when known, sizes the KV cache exactly (no spare room to grow into).
+        `repeat` G: each prompt row is decoded G times (rows kG..kG+G-1 of the state): one
+        prompt pass, then the cache and the next-token state are repeated row by row.
         """
         sampling = sampling or SamplingConfig()
         with torch.inference_mode():
@@ -344,6 +346,11 @@ class LLMPolicy(nn.Module):
             seen = None
             if sampling.repetition_penalty != 1.0:
                 seen = first_seen(prompt_ids, prompt_mask, 0, self.vocab_size) <= 0
+            if repeat > 1:
+                cache.batch_repeat_interleave(repeat)
+                logits, value, prompt_mask = (x.repeat_interleave(repeat, 0)
+                                              for x in (logits, value, prompt_mask))
+                seen = None if seen is None else seen.repeat_interleave(repeat, 0)
         return DecodeState(cache, prompt_mask.long(), logits, value, seen, sampling)
 
     def sample(self, state: DecodeState, generator: torch.Generator | None = None) -> Step:

@@ -34,6 +34,7 @@ KL_PENALTIES = ("kl", "abs", "mse", "full")
 KL_IN = ("reward", "loss")
 KL_LOSS_ESTIMATORS = ("k1", "k2", "k3")
 OLD_LOGPROBS = ("auto", "sampler", "recompute")
+LOSS_AGGS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 
 
 # --------------------------------------------------------------------------- config
@@ -83,6 +84,8 @@ class PPOConfig:
     ratio_threshold: float = field(default=10.0, metadata=meta(
         "skip a minibatch whose mean ratio exceeds this"))
     entropy_coef: float = field(default=0.0, metadata=meta("entropy bonus weight"))
+    loss_agg: str = field(default="token-mean", metadata=meta(
+        "token-mean | seq-mean-token-mean (GRPO) | seq-mean-token-sum (Dr. GRPO)"))
     max_tokens_per_pass: int | None = field(default=None, metadata=meta(
         "cap on tokens (rows x unpadded width) of one training pass"))
     old_logprobs: str = field(default="auto", metadata=meta(
@@ -125,6 +128,7 @@ class PPOConfig:
                 raise bad(name, "must be None or > 0")
         for name, allowed in (("kl_penalty", KL_PENALTIES), ("kl_in", KL_IN),
                               ("kl_loss_estimator", KL_LOSS_ESTIMATORS),
+                              ("loss_agg", LOSS_AGGS),
                               ("old_logprobs", OLD_LOGPROBS)):
             if getattr(self, name) not in allowed:
                 raise bad(name, f"must be one of {allowed}")
@@ -147,9 +151,10 @@ from .shaping import (  # noqa: E402  (KL control and reward shaping; re-exporte
 )
 
 __all__ = ["AdaptiveKLController", "FixedKLController", "PPOBatch", "PPOConfig",
-           "RunningMoments", "forward_passes", "full_kl", "gae", "kl_loss_term", "kl_per_token",
-           "make_kl_controller", "masked_mean", "masked_var", "masked_whiten", "policy_loss",
-           "ppo_update", "prepare_advantages", "scale_scores", "token_rewards", "value_loss"]
+           "RunningMoments", "aggregate", "forward_passes", "full_kl", "gae", "kl_loss_term",
+           "kl_per_token", "make_kl_controller", "masked_mean", "masked_var", "masked_whiten",
+           "policy_loss", "ppo_update", "prepare_advantages", "scale_scores", "token_rewards",
+           "value_loss"]
 
 
 # --------------------------------------------------------------------------- masked stats
@@ -181,6 +186,21 @@ def masked_whiten(x: Tensor, mask: Tensor, shift_mean: bool = True) -> Tensor:
     return torch.where(mask > 0, out, torch.zeros_like(out))
 
 
+def aggregate(x: Tensor, mask: Tensor, mode: str = "token-mean") -> Tensor:
+    """Reduce per-token terms (B, T) to a loss: the mean over all tokens ("token-mean"), the
+    mean of each answer's token mean ("seq-mean-token-mean", GRPO), or the mean of each
+    answer's token sum over the constant T ("seq-mean-token-sum", Dr. GRPO)."""
+    if mode == "token-mean":
+        return masked_mean(x, mask)
+    mask = mask if mask.is_floating_point() else mask.float()
+    per_answer = torch.where(mask > 0, x, torch.zeros_like(x)).mul(mask).sum(1)
+    if mode == "seq-mean-token-mean":
+        return (per_answer / mask.sum(1).clamp_min(1.0)).mean()
+    if mode == "seq-mean-token-sum":
+        return (per_answer / mask.shape[1]).mean()
+    raise ValueError(f"loss_agg must be one of {LOSS_AGGS}, got {mode!r}")
+
+
 # --------------------------------------------------------------------------- KL
 def full_kl(logsoftmax: Tensor, ref_logsoftmax: Tensor) -> Tensor:
     """Exact KL(p || q) = sum_v p (log p - log q) over the last (vocab) dim; >= 0."""
@@ -210,8 +230,9 @@ def kl_per_token(
     raise ValueError(f"kl mode must be one of {KL_PENALTIES}, got {mode!r}")
 
 
-def kl_loss_term(logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor, estimator: str) -> Tensor:
-    """Masked mean of the k1/k2/k3 KL estimator, d = ref - logp (differentiable)."""
+def kl_loss_term(logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor, estimator: str,
+                 agg: str = "token-mean") -> Tensor:
+    """The k1/k2/k3 KL estimator, d = ref - logp, reduced by `aggregate` (differentiable)."""
     d = torch.where(mask > 0, ref_logprobs - logprobs, torch.zeros_like(logprobs))
     if estimator == "k1":
         k = -d
@@ -222,7 +243,7 @@ def kl_loss_term(logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor, estimator
         k = torch.exp(d) - d - 1.0
     else:
         raise ValueError(f"estimator must be one of {KL_LOSS_ESTIMATORS}, got {estimator!r}")
-    return masked_mean(k, mask)
+    return aggregate(k, mask, agg)
 
 
 # --------------------------------------------------------------------------- GAE
@@ -247,15 +268,15 @@ def gae(rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: float
 
 # --------------------------------------------------------------------------- losses
 def policy_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor,
-                cliprange: float) -> tuple[Tensor, dict[str, Tensor]]:
-    """Clipped surrogate masked_mean(max(-A*r, -A*clip(r))); stats are detached tensors."""
+                cliprange: float, agg: str = "token-mean") -> tuple[Tensor, dict[str, Tensor]]:
+    """Clipped surrogate max(-A*r, -A*clip(r)) reduced by `aggregate`; stats are detached."""
     valid = mask > 0
     log_ratio = torch.where(valid, logprobs - old_logprobs, torch.zeros_like(logprobs))
     advantages = torch.where(valid, advantages, torch.zeros_like(advantages))
     ratio = torch.exp(log_ratio)
     pg1 = -advantages * ratio
     pg2 = -advantages * torch.clamp(ratio, 1.0 - cliprange, 1.0 + cliprange)
-    loss = masked_mean(torch.maximum(pg1, pg2), mask)
+    loss = aggregate(torch.maximum(pg1, pg2), mask, agg)
     with torch.no_grad():
         stats = {
             "clipfrac": masked_mean((pg2 > pg1).float(), mask),
@@ -365,7 +386,7 @@ def _minibatch_loss(policy: Any, mb: PPOBatch, cfg: PPOConfig, kl_coef: float,
         raise ValueError(f"evaluate() returned logprobs {tuple(logprobs.shape)}, values "
                          f"{tuple(values.shape)}; expected {tuple(mask.shape)}")
     pg, stats = policy_loss(logprobs, mb.old_logprobs.float(), mb.advantages, mask,
-                            cfg.cliprange)
+                            cfg.cliprange, cfg.loss_agg)
     vf, vstats = value_loss(values, mb.old_values.float(), mb.returns, mask,
                             cfg.cliprange_value)
     entropy = _field(out, "entropy", required=cfg.entropy_coef > 0)
@@ -375,7 +396,8 @@ def _minibatch_loss(policy: Any, mb: PPOBatch, cfg: PPOConfig, kl_coef: float,
     if cfg.kl_in == "loss":
         raw = _field(out, "raw_logprobs", required=False)
         raw = logprobs if raw is None else raw.float()
-        kl_loss = kl_loss_term(raw, mb.ref_logprobs.float(), mask, cfg.kl_loss_estimator)
+        kl_loss = kl_loss_term(raw, mb.ref_logprobs.float(), mask, cfg.kl_loss_estimator,
+                               cfg.loss_agg)
         loss = loss + kl_coef * kl_loss
     stats.update(vstats, policy_loss=pg.detach(), value_loss=vf.detach(), loss=loss.detach(),
                  entropy=entropy.detach(), kl_loss=kl_loss.detach())

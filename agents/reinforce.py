@@ -29,15 +29,19 @@ class Reinforce(CoryStructure, Learner):
 
     def update(self, turns, iteration):
         """One clipped policy-gradient update per agent from sequence-level advantages."""
+        batches = {a: self.agents[a].batch(t) for a, t in turns.items()}  # -beta*KL + score
+        returns = {a: (b.rewards * b.response_mask).sum(1) for a, b in batches.items()}
+        # the baseline's statistics: the global batch (every rank), per agent or over both
+        pools = {a: self.comm.gather(r) for a, r in returns.items()}
+        if not self.cfg.per_agent_norm:
+            both = torch.cat([p.cpu() for p in pools.values()])
+            pools = dict.fromkeys(pools, both)
         stats = {}
-        for name, turn in turns.items():
-            agent = self.agents[name]
-            batch = agent.batch(turn)  # per-token rewards: -beta*KL + score on the last token
-            returns = (batch.rewards * turn.response_mask).sum(1)
-            every = self.comm.gather(returns)  # the global batch's statistics on every rank
-            std = every.std() if len(every) > 1 else torch.zeros(())
-            adv = (returns - every.mean()) / (std + 1e-8)
-            batch.advantages = adv[:, None] * turn.response_mask
-            batch.returns = returns[:, None] * turn.response_mask
-            stats[name] = agent.learn(batch, turn, self.generator)
+        for a, b in batches.items():
+            every = pools[a].to(returns[a].device)
+            std = every.std() if len(every) > 1 else torch.zeros((), device=every.device)
+            adv = (returns[a] - every.mean()) / (std + 1e-8)
+            b.advantages = adv[:, None] * b.response_mask
+            b.returns = returns[a][:, None] * b.response_mask
+            stats[a] = self.agents[a].learn(b, turns[a], self.generator)
         return stats

@@ -36,6 +36,14 @@ class Turn:
     task_reward: torch.Tensor  # (B,) this agent's own task reward
     reward: torch.Tensor  # (B,) what the env paid it: collective or individual
     texts: list[str]
+    query_index: torch.Tensor | None = None  # (B,) each episode's query in the pool (-1: none)
+    group_size: int = 1  # G: rows [kG, (k+1)G) answer the same query
+    pool_size: int = 0  # how many queries the split holds
+
+    @property
+    def groups(self) -> int:
+        """How many groups (distinct queries) the batch holds."""
+        return self.response_mask.shape[0] // self.group_size
 
     @property
     def lengths(self) -> torch.Tensor:
@@ -48,15 +56,26 @@ class Turn:
                        for f in fields(self) for v in [getattr(self, f.name)]})
 
 
+def shared_prompts(ids: torch.Tensor, mask: torch.Tensor, group: int) -> int:
+    """`group` if every group of that many consecutive rows holds one prompt, else 1."""
+    if group <= 1 or ids.shape[0] % group:
+        return 1
+    same = all(torch.equal(x.view(-1, group, x.shape[1]),
+                           x[::group, None].expand(-1, group, -1)) for x in (ids, mask))
+    return group if same else 1
+
+
 @torch.inference_mode()
 def play_turn(env: BatchedCoryEnv, policy, sampling=None,
               generator: torch.Generator | None = None,
-              forced: torch.Tensor | None = None) -> list[Step]:
+              forced: torch.Tensor | None = None, share: bool = True) -> list[Step]:
     """Play the env's current turn for every episode with `policy`; return its sampled steps.
 
     The one decode loop of the project: the prompt pass once (KV cache), then one sample and
-    one cached step per token until the turn ends. `forced` (B, T) token ids are played
-    instead, with no model pass (and no steps returned).
+    one cached step per token until the turn ends. In a group rollout whose prompts repeat
+    (the pioneer's turn), each distinct prompt is passed once and its cache shared by the G
+    answers (`share=False`: one pass per row). `forced` (B, T) token ids are played instead,
+    with no model pass (and no steps returned).
     """
     agent = env.agent_selection
     if forced is not None:
@@ -68,7 +87,8 @@ def play_turn(env: BatchedCoryEnv, policy, sampling=None,
     obs, device = env.observe(), policy.device
     P, T = env.prompt_len, env.max_new_tokens
     ids, mask = obs["input_ids"].to(device), obs["attention_mask"].to(device)
-    state = policy.begin(ids[:, :P], mask[:, :P], sampling, max_new_tokens=T)
+    G = shared_prompts(ids[:, :P], mask[:, :P], getattr(env, "group_size", 1)) if share else 1
+    state = policy.begin(ids[::G, :P], mask[::G, :P], sampling, max_new_tokens=T, repeat=G)
     steps = []
     while True:
         active = obs["active"].to(device)
@@ -127,6 +147,8 @@ def _turn_tensors(env, agent, role, steps, policy, T) -> dict:
     for t, step in enumerate(steps):
         kl[:, t] = full_kl(step.logsoftmax.float(), ref[:, t].float())
     return dict(agent=agent, role=role, input_ids=ids, attention_mask=mask,
+                query_index=seq["query_index"].to(device), group_size=seq["group_size"],
+                pool_size=seq["pool_size"],
                 response_mask=response_mask, logprobs=stack("logprob") * response_mask,
                 raw_logprobs=stack("raw_logprob") * response_mask,
                 values=stack("value") * response_mask, ref_logprobs=ref_logprobs,

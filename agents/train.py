@@ -46,6 +46,12 @@ class TrainConfig:
     seed: int = field(default=0, metadata=meta("seed of models, sampling and data order"))
     device: str = field(default="cpu", metadata=meta("torch device"))
     t_rex: int = field(default=5, metadata=meta("role-exchange period T_REx"))
+    group_size: int | None = field(default=None, metadata=meta(
+        "answers per query G (none: the learner's default; 4 for grpo, dr-grpo, rloo)"))
+    per_agent_norm: bool = field(default=True, metadata=meta(
+        "two agents: normalise advantages per agent, not over both (Dr. MAS)"))
+    group_kl_in: str = field(default="loss", metadata=meta(
+        "grpo/dr-grpo: KL as a loss term (k3) or in the reward"))
     eta: float | None = field(default=None, metadata=meta(
         "KL weight of the combined reward (none: the current beta)"))
     lora: LoraSettings | None = field(default=None, metadata=meta("train LoRA adapters"))
@@ -86,6 +92,12 @@ class TrainConfig:
             self.ppo = dataclasses.replace(self.ppo, batch_size=self.batch_size)
         self.ppo.validate()
         self.sampling.validate()
+        LearnerConfig(ppo=self.ppo, group_size=self.group_size, per_agent_norm=self.per_agent_norm,
+                      group_kl_in=self.group_kl_in).validate()
+        group = self.group_size or learner_class(self.method).group_size
+        if self.batch_size % group:
+            raise ValueError(f"batch_size={self.batch_size} must be divisible by the group size "
+                             f"{group} (answers per query of {self.method!r}; set group_size)")
         if self.load_in_4bit and self.lora is None:
             raise ValueError("load_in_4bit=True needs LoRA (set lora)")
         check_mixed_precision(self.mixed_precision)
@@ -206,7 +218,9 @@ class Trainer:
         for agent, dev in cfg.placement.items():
             check_device(f"placement[{agent!r}]", dev, present=True)
         self.learner_cls = learner_class(cfg.method)
-        lcfg = LearnerConfig(ppo=cfg.ppo, sampling=cfg.sampling, t_rex=cfg.t_rex, eta=cfg.eta)
+        lcfg = LearnerConfig(ppo=cfg.ppo, sampling=cfg.sampling, t_rex=cfg.t_rex, eta=cfg.eta,
+                             group_size=cfg.group_size, per_agent_norm=cfg.per_agent_norm,
+                             group_kl_in=cfg.group_kl_in)
         agents = ["llm_0"] if self.learner_cls.n_agents == 1 else ["llm_0", "llm_1"]
         policies = build_policies(cfg, agents, critic=self.learner_cls.needs_critic)
         critic = policies.pop("critic", None)

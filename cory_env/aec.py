@@ -28,7 +28,7 @@ from .core import OBSERVER, PIONEER, ROLES, Episodes
 from .tasks.base import Query
 
 AGENTS = ("llm_0", "llm_1")
-RESET_OPTIONS = ("swap_roles", "queries")
+RESET_OPTIONS = ("swap_roles", "queries", "group_size")
 
 
 def env(**config):
@@ -72,6 +72,10 @@ def parse_reset_options(options, warned: set) -> dict:
         check_bool("swap_roles", options["swap_roles"])
     if "queries" in options and not isinstance(options["queries"], (list, tuple)):
         raise TypeError(f"queries must be a list of Query or int, got {options['queries']!r}")
+    if "group_size" in options:
+        g = options["group_size"]
+        if isinstance(g, (bool, np.bool_)) or not isinstance(g, numbers.Integral) or g < 1:
+            raise ValueError(f"group_size must be a positive integer, got {g!r}")
     return {k: options[k] for k in RESET_OPTIONS if k in options}
 
 
@@ -88,6 +92,14 @@ def resolve_queries(items, pool: list[Query]) -> list[Query]:
     return out
 
 
+def _position(query: Query, pool: list[Query]) -> int:
+    """The query's index in the pool (by identity, then equality), or -1."""
+    for i, q in enumerate(pool):
+        if q is query:
+            return i
+    return next((i for i, q in enumerate(pool) if q == query), -1)
+
+
 class QuerySource:
     """Seeded query sampling and reset options, shared by the AEC and the batched env."""
 
@@ -97,16 +109,32 @@ class QuerySource:
         self.swap_roles = self.config.swap_roles
 
     def _reset_queries(self, seed, options, n: int, limit: int | None = None) -> list[Query]:
-        """Apply reset(seed, options) and return the n queries of the new episodes."""
+        """Apply reset(seed, options) and return the n queries of the new episodes.
+
+        With "group_size" G the n episodes are n / G queries, each repeated G times in a row
+        (a group); `query_indices` (positions in the pool, -1 for a Query given that is not
+        in it), `group_size` and `pool_size` say what was drawn.
+        """
         opts = parse_reset_options(options, self._warned)
         if seed is not None:
             self._rng = np.random.default_rng(seed)
         if "swap_roles" in opts:
             self.swap_roles = bool(opts["swap_roles"])
+        group = int(opts.get("group_size", 1))
+        if n % group:
+            raise ValueError(f"group_size={group} must divide the number of episodes ({n})")
         pool = self.task.queries(self.config.split)
         if "queries" in opts:
-            return resolve_queries(opts["queries"][:limit], pool)
-        return [pool[int(i)] for i in self._rng.integers(len(pool), size=n)]
+            items = list(opts["queries"][:limit])
+            queries = resolve_queries(items, pool)
+            index = [int(i) if isinstance(i, numbers.Integral) else _position(q, pool)
+                     for i, q in zip(items, queries)]
+        else:
+            index = [int(i) for i in self._rng.integers(len(pool), size=n // group)]
+            queries = [pool[i] for i in index]
+        self.query_indices = np.repeat(np.asarray(index, dtype=np.int64), group)
+        self.group_size, self.pool_size = group, len(pool)
+        return [q for q in queries for _ in range(group)]
 
 
 def as_token(action) -> int:

@@ -64,7 +64,8 @@ class BatchedCoryEnv(QuerySource):
         return ROLES[self.episodes.turn]
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> dict:
-        """Start B episodes; options: "swap_roles" (bool), "queries" (B Query objects/indices)."""
+        """Start B episodes; options: "swap_roles" (bool), "queries" (Query objects/indices),
+        "group_size" (G: B / G queries, each answered G times in a row)."""
         self.episodes.start(self._reset_queries(seed, options, n=self.batch_size))
         self.agents = list(role_order(self.swap_roles, self.config.single_agent))
         return self.observe()
@@ -122,7 +123,9 @@ class BatchedCoryEnv(QuerySource):
             raise RuntimeError(f"{agent}'s turn is not over yet")
         mask = self._tensor(ep.mask[slot]).long()
         return {"input_ids": self._tensor(ep.ids[slot]), "attention_mask": mask,
-                "response_mask": mask[:, ep.P:].float(), "queries": ep.queries}
+                "response_mask": mask[:, ep.P:].float(), "queries": ep.queries,
+                "query_index": torch.as_tensor(self.query_indices), "group_size": self.group_size,
+                "pool_size": self.pool_size}
 
     def state(self) -> dict:
         """The joint transcript (pioneer's view then observer's view) as (B, 2L) tensors."""

@@ -83,6 +83,21 @@ def test_quick_run_writes_metrics_tensorboard_plots_and_report(tiny_lm, tmp_path
     assert json.loads((out / "run_config.json").read_text())["train"]["iterations"] == 2
 
 
+def test_group_learners_run_through_the_benchmark_alone_and_under_cory(tiny_lm, tmp_path):
+    methods = ["grpo", "dr-grpo", "rloo", "reinforce-pp", "cory-grpo", "cory-reinforce-pp"]
+    out = tmp_path / "run"
+    report = main(["--quick", "--model", tiny_lm, "--out", str(out), *TINY, "--tasks",
+                   "sentiment", "--methods", ",".join(methods), "--eval-problems", "0"])
+    rows = rec.read_jsonl(out / "metrics.jsonl")
+    assert {(r["method"], r["agent"]) for r in rows} == {
+        (m, a) for m in methods for a in (["llm_0", "llm_1"] if m.startswith("cory-")
+                                          else ["llm_0"])}
+    assert all(math.isfinite(r["task_reward"]) and r["skipped_batches"] == 0 for r in rows)
+    text = report.read_text()
+    for m in methods:
+        assert f"| {m} |" in text, m
+
+
 def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_lm, tmp_path):
     args = ["--tasks", "sentiment", "--methods", "cory", "--t-rex", "1", "--seeds", "3",
             "--model", tiny_lm, *TINY, "--iterations", "3", "--eval-problems", "0"]

@@ -1,0 +1,75 @@
+"""The critic-free group-baseline family's shared part: G answers per query, a baseline each.
+
+A `GroupLearner` asks the env for G answers to every query (`group_size`, contiguous rows),
+turns each answer's return into an advantage with `advantages` (the one method a member
+defines), spreads it over the answer's tokens and runs the clipped policy loss with the value
+loss off. An answer's return is its shaped score (`PPOAgent.batch`: scaling, normalisation,
+clipping) minus beta * its summed KL when the KL is in the reward. Under CORY's structure
+(`cory-<name>`) each group member is a whole pioneer -> observer episode, and each agent's G
+answers to a query are its group; with `per_agent_norm=False` one group pools both agents'
+answers (Dr. MAS, Feng et al. 2026, arXiv 2602.08847, shows the per-agent statistics keep the
+gradient scale stable, so per-agent is the default).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from .learner import Learner
+
+
+class GroupLearner(Learner):
+    """Sequence-level advantages from groups of G answers per query; no critic."""
+
+    n_agents = 1  # `cory-<name>` subclasses set 2 with CORY's structure
+    group_size = 4
+    min_group = 2  # the smallest G whose baseline means anything
+    kl_in: str | None = None  # None: cfg.group_kl_in
+    loss_agg = "token-mean"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.group < self.min_group:
+            raise ValueError(f"{self.name} needs group_size >= {self.min_group} answers per "
+                             f"query, got {self.group}")
+
+    def agent_config(self, agent):
+        """No value loss; the family's KL placement and loss aggregation."""
+        return replace(self.cfg.ppo, vf_coef=0.0, kl_in=self.kl_in or self.cfg.group_kl_in,
+                       loss_agg=self.loss_agg)
+
+    def advantages(self, returns: torch.Tensor, group: int) -> torch.Tensor:
+        """(B,) advantages of (B,) returns that come in contiguous groups of `group`."""
+        raise NotImplementedError
+
+    def grouped(self, returns: dict[str, torch.Tensor], group: int) -> dict[str, torch.Tensor]:
+        """`advantages` per agent, or over groups that pool every agent's answers."""
+        if self.cfg.per_agent_norm or len(returns) == 1:
+            return {a: self.advantages(r, group) for a, r in returns.items()}
+        names, dev = list(returns), next(iter(returns.values())).device
+        n = len(returns[names[0]]) // group
+        pooled = torch.cat([returns[a].to(dev).view(n, group) for a in names], 1)  # (n, A*G)
+        adv = self.advantages(pooled.flatten(), group * len(names)).view(n, -1)
+        return {a: adv[:, k * group:(k + 1) * group].flatten().to(returns[a].device)
+                for k, a in enumerate(names)}
+
+    def update(self, turns, iteration):
+        """Clipped policy-gradient updates from each answer's group advantage."""
+        batches = {a: self.agents[a].batch(t) for a, t in turns.items()}
+        returns = {a: (b.rewards * b.response_mask).sum(1) for a, b in batches.items()}
+        group = next(iter(turns.values())).group_size
+        adv = self.grouped(returns, group)
+        stats = {}
+        for a, b in batches.items():
+            b.advantages = adv[a][:, None] * b.response_mask
+            b.returns = returns[a][:, None] * b.response_mask
+            stats[a] = self.agents[a].learn(b, turns[a], self.generator)
+        return stats
+
+
+def group_stats(returns: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B/G, G) returns, and each group's (B/G, 1) mean."""
+    r = returns.view(-1, group)
+    return r, r.mean(1, keepdim=True)

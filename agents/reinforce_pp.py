@@ -1,0 +1,52 @@
+"""REINFORCE++ (Hu 2025, arXiv 2501.03262): REINFORCE with PPO's tricks and no critic.
+
+Per-token rewards are -beta * KL_t on every response token plus the score on the last one (the
+KL in the reward, token by token); each token's return is the reward-to-go
+G_t = sum_{s >= t} gamma^(s-t) r_s, and the advantages are the returns normalised over the
+global batch (every token of every answer, on every rank; per agent unless
+`per_agent_norm=False`). The loss is PPO's clipped surrogate. No groups needed (G = 1 by
+default; with G > 1 it is the same estimator on grouped samples).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .cory import CoryStructure
+from .group import GroupLearner
+from .learner import joint_whiten, register_learner
+from .ppo import gae
+
+
+@register_learner("reinforce-pp")
+class ReinforcePP(GroupLearner):
+    """Token-level KL in the reward, reward-to-go returns, global-batch normalisation."""
+
+    group_size = 1
+    min_group = 1
+    kl_in = "reward"
+
+    def update(self, turns, iteration):
+        """Clipped policy-gradient updates from globally normalised reward-to-go."""
+        cfg = self.cfg.ppo
+        batches = {a: self.agents[a].batch(t) for a, t in turns.items()}
+        for b in batches.values():  # values 0 and lambda 1: GAE is the discounted reward-to-go
+            _, b.returns = gae(b.rewards.float(), torch.zeros_like(b.rewards), b.response_mask,
+                               cfg.gamma, 1.0)
+        names = list(batches)
+        groups = [[a] for a in names] if self.cfg.per_agent_norm else [names]
+        for members in groups:
+            white = joint_whiten([batches[a].returns for a in members],
+                                 [batches[a].response_mask for a in members],
+                                 gather=self.comm.gather)
+            for a, w in zip(members, white):
+                batches[a].advantages = w
+        return {a: self.agents[a].learn(b, turns[a], self.generator)
+                for a, b in batches.items()}
+
+
+@register_learner("cory-reinforce-pp")
+class CoryReinforcePP(CoryStructure, ReinforcePP):
+    """REINFORCE++ on CORY's structure."""
+
+    n_agents = 2
