@@ -21,6 +21,9 @@ from pathlib import Path
 
 import torch
 
+from cory_env.config import check_fields
+from cory_env.plugins import check_not_builtin, load_entry_points
+
 from .comm import Comm
 from .metrics import turn_metrics
 from .policy import SamplingConfig
@@ -52,6 +55,7 @@ class LearnerConfig:
 
     def validate(self) -> LearnerConfig:
         """Raise ValueError naming the bad field."""
+        check_fields(self)
         if isinstance(self.t_rex, bool) or not isinstance(self.t_rex, int) or self.t_rex < 1:
             raise ValueError(f"t_rex must be a positive integer, got {self.t_rex!r}")
         g = self.group_size
@@ -244,6 +248,7 @@ def register_learner(name: str):
     def add(cls):
         if not (isinstance(cls, type) and issubclass(cls, Learner)):
             raise TypeError(f"register_learner({name!r}) needs a Learner subclass, got {cls!r}")
+        check_not_builtin("learner", name, _LEARNERS, cls, ("agents",))
         cls.name = name
         _LEARNERS[name] = cls
         return cls
@@ -253,12 +258,14 @@ def register_learner(name: str):
 
 @functools.cache
 def _register_builtin() -> None:
-    """Import every module of this package that registers a learner (once)."""
+    """Import every module of this package that registers a learner, then the installed
+    `cory.learners` entry points (once)."""
     folder = Path(__file__).parent
     for info in pkgutil.iter_modules([str(folder)]):
         path = folder / f"{info.name}.py"
         if not info.ispkg and path.exists() and "@register_learner(" in path.read_text():
             importlib.import_module(f"{__package__}.{info.name}")
+    load_entry_points("cory.learners")
 
 
 def learner_class(name: str) -> type[Learner]:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from cory_env.files import check_hub_name
+
 
 @dataclass
 class LoraSettings:
@@ -45,6 +47,7 @@ def load_lm(name_or_path, load_in_4bit, device, dtype, hf_kwargs):
     import transformers
     from transformers import AutoModelForCausalLM
 
+    check_hub_name("model", name_or_path)
     kw = dict(hf_kwargs)
     dtype_key = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
     if load_in_4bit:

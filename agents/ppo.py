@@ -28,6 +28,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from cory_env.config import check_fields
+
 from .cli import meta
 
 KL_PENALTIES = ("kl", "abs", "mse", "full")
@@ -101,6 +103,7 @@ class PPOConfig:
 
     def validate(self) -> PPOConfig:
         """Raise ValueError naming the first invalid field; return self otherwise."""
+        check_fields(self)
 
         def bad(name: str, rule: str) -> ValueError:
             return ValueError(f"PPOConfig.{name} {rule}, got {getattr(self, name)!r}")

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from cory_env.config import check_fields
+
 from .cli import meta
 
 
@@ -34,6 +36,7 @@ class SamplingConfig:
 
     def validate(self) -> SamplingConfig:
         """Raise ValueError naming the bad field."""
+        check_fields(self)
         if not self.temperature > 0:
             raise ValueError(f"temperature must be > 0, got {self.temperature!r}")
         if not 0.0 < self.top_p <= 1.0:

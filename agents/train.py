@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 import torch
 
 from cory_env import BatchedCoryEnv
+from cory_env.config import check_fields
+from cory_env.files import check_local_path
 
 from .cli import meta
 from .comm import Comm
@@ -35,7 +37,8 @@ from .rollout import rollout
 class TrainConfig:
     """One training run: task, method, model and every hyperparameter."""
 
-    task: str = field(default="sentiment", metadata=meta("task name (cory_env.registered_tasks)"))
+    task: str = field(default="sentiment", metadata=meta(
+        "task name (cory_env.registered_tasks)", check=False))  # or a Task class / instance
     method: str = field(default="cory", metadata=meta("learner name (registered_learners)"))
     model: str | None = field(default=None, metadata=meta(
         "HF name or local folder; none: the offline task's reference LM"))
@@ -70,6 +73,19 @@ class TrainConfig:
 
     def validate(self) -> TrainConfig:
         """Check the config before any model is loaded, naming the bad field."""
+        check_fields(self)
+        for name, kind in (("ppo", PPOConfig), ("sampling", SamplingConfig), ("task_options", dict),
+                           ("placement", dict)):
+            if not isinstance(getattr(self, name), kind):
+                raise ValueError(f"TrainConfig.{name} must be a {kind.__name__}, got "
+                                 f"{getattr(self, name)!r}")
+        if self.lora is not None and not isinstance(self.lora, LoraSettings):
+            raise ValueError(f"TrainConfig.lora must be None or a LoraSettings, got {self.lora!r}")
+        check_local_path("model", self.model)
+        for key, value in self.task_options.items():
+            if not isinstance(key, str):
+                raise ValueError(f"task option names must be strings, got {key!r}")
+            check_local_path(f"task option {key}", value)
         from cory_env import registered_tasks
 
         learner_class(self.method)
@@ -110,6 +126,18 @@ class TrainConfig:
                 raise ValueError(f"placement key {agent!r} must be llm_0, llm_1 or critic")
             check_device(f"placement[{agent!r}]", dev)
         return self
+
+
+def mini_batch_follows(cfg: TrainConfig) -> TrainConfig:
+    """When only the batch size was given: the PPO mini-batch shrinks to fit it (the whole
+    batch, or batch / grad_accum_steps when that divides it); a fitting one is kept."""
+    ppo, b = cfg.ppo, cfg.batch_size
+    if not isinstance(b, int) or b < 1 or b % ppo.backward_batch_size == 0:
+        return cfg
+    accum = ppo.grad_accum_steps if b % ppo.grad_accum_steps == 0 else 1
+    cfg.ppo = dataclasses.replace(ppo, batch_size=b, mini_batch_size=b // accum,
+                                  grad_accum_steps=accum)
+    return cfg
 
 
 def check_device(name: str, dev, present: bool = False) -> None:
@@ -231,13 +259,27 @@ class Trainer:
                                   tokenizer=tokenizer, max_new_tokens=cfg.max_new_tokens,
                                   seed=cfg.seed, **self.learner.env_settings(),
                                   **(env_options or {}))
+        vocab = len(self.env.tokenizer)
+        for name, policy in {**policies, **extra}.items():
+            if policy.vocab_size < vocab:
+                raise ValueError(
+                    f"{name}'s model ({cfg.model or 'the offline reference LM'}) has "
+                    f"{policy.vocab_size} token embeddings but the task's tokenizer has {vocab} "
+                    f"tokens: use the model's own tokenizer (task option tokenizer=) or a "
+                    f"model built for this task")
         self.iteration = 0
         self.query_sampler = None  # iteration -> query indices (per-rank data shards)
 
     def _task(self):
-        from cory_env import make_task
+        """The task; its `tokenizer` option defaults to the policy model's when one is given
+        (a local model then needs no hub tokenizer)."""
+        from cory_env import make_task, task_options
 
-        return make_task(self.cfg.task, **self.cfg.task_options)
+        options = dict(self.cfg.task_options)
+        if (self.cfg.model and isinstance(self.cfg.task, str) and "tokenizer" not in options
+                and "tokenizer" in task_options(self.cfg.task)):
+            options["tokenizer"] = self.cfg.model
+        return make_task(self.cfg.task, **options)
 
     def _tokenizer(self):
         """The model folder's tokenizer when it has one, else the task's."""

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import inspect
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,8 +21,10 @@ from pathlib import Path
 from agents import cli
 from agents.learner import registered_learners
 from agents.ppo import PPOConfig
-from agents.train import TrainConfig, check_device
-from cory_env import make_task, registered_tasks
+from agents.train import TrainConfig, check_device, mini_batch_follows
+from cory_env import registered_tasks
+from cory_env import task_options as cory_task_options
+from cory_env.plugins import load_plugins
 
 from .presets import PRESETS
 
@@ -52,6 +53,9 @@ class BenchConfig:
     batch 32. Nothing is tuned per method (`lr_by_method` exists for the paper's GSM8K table).
     """
 
+    imports: list[str] = field(default_factory=list, metadata=cli.meta(
+        "module or .py file that registers learners or tasks (repeatable; --resume "
+        "re-imports it)", flag="import"))
     tasks: list[str] = field(default_factory=lambda: ["sentiment", "arithmetic"],
                              metadata=cli.meta("comma list of tasks"))
     methods: list[str] = field(default_factory=lambda: ["ppo", "cory"],
@@ -125,6 +129,9 @@ def _integer(name: str, value, low: int = 1) -> None:
 
 def validate_config(cfg: BenchConfig) -> None:
     """Check every setting before any model loads, naming the bad value."""
+    if not isinstance(cfg.imports, list) or not all(isinstance(m, str) for m in cfg.imports):
+        raise ValueError(f"imports must be a list of module names or files, got {cfg.imports!r}")
+    load_plugins(cfg.imports)  # before the names below are looked up
     if cfg.preset not in PRESETS:
         raise ValueError(f"unknown preset {cfg.preset!r}; known: {sorted(PRESETS)}")
     for name, known in (("task", registered_tasks()), ("method", registered_learners())):
@@ -160,12 +167,8 @@ def validate_config(cfg: BenchConfig) -> None:
 
 
 def _accepted_options(task: str) -> set[str]:
-    """Keyword names a registered task's constructor accepts (builds a default task: cheap)."""
-    try:
-        params = inspect.signature(type(make_task(task))).parameters
-    except (TypeError, ValueError):
-        return set()
-    return {n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    """Keyword names a registered task's constructor accepts."""
+    return set(cory_task_options(task))
 
 
 def _check_task_options(cfg: BenchConfig) -> None:
@@ -210,6 +213,8 @@ def resolve_config(preset: str = "offline", quick: bool = False, **overrides) ->
     cfg = with_settings(cfg, **overrides)
     if "lr" in overrides and "lr_by_method" not in overrides:
         cfg.lr_by_method = {}
+    if "batch_size" in overrides and not {"mini_batch_size", "grad_accum_steps"} & set(overrides):
+        mini_batch_follows(cfg.train)
     return cfg.validate()
 
 
@@ -284,5 +289,6 @@ def float_list(text: str) -> list[float]:
 def add_config_options(parser: argparse.ArgumentParser) -> dict[str, tuple[str, ...]]:
     """An option per setting (generated from the config tree), offline defaults in the help."""
     special = {"quick": {"action": "store_true"}, "preset": {"choices": sorted(PRESETS)},
+               "import": {"action": "append", "metavar": "MODULE_OR_FILE"},
                "eta_sweep": {"nargs": "?", "const": "paper", "type": float_list}}
     return cli.add_options(parser, BenchConfig, BenchConfig(), skip=PER_RUN, special=special)

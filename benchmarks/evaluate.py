@@ -26,10 +26,13 @@ EVAL_TASKS = ("arithmetic", "gsm8k")  # exact-match rewards: reward 1 = solved
 @torch.inference_mode()
 def sample_rewards(env: BatchedCoryEnv, policy, sampling: SamplingConfig,
                    generator: torch.Generator, queries: list[int]) -> np.ndarray:
-    """One answer per query index from a policy alone (single-agent env); their task rewards."""
-    env.reset(options={"queries": list(queries)})
+    """One answer per query index from a policy alone (single-agent env); their task rewards.
+
+    A list shorter than the env's batch is padded with its last query (answers dropped)."""
+    n = len(queries)
+    env.reset(options={"queries": list(queries) + [queries[-1]] * (env.batch_size - n)})
     play_turn(env, policy, sampling, generator)
-    return env.infos()[env.agents[0]]["task_reward"].numpy()
+    return env.infos()[env.agents[0]]["task_reward"].numpy()[:n]
 
 
 def evaluate_policy(policy, trainer: Trainer, cfg: BenchConfig, seed: int) -> dict:

@@ -3,9 +3,9 @@
 from .aec import AGENTS, env, parallel_env, raw_env, role_order
 from .batched import BatchedCoryEnv
 from .config import EnvConfig
-from .tasks import Query, Task, make_task, register_task, registered_tasks
+from .tasks import Query, Task, make_task, register_task, registered_tasks, task_options
 
 __all__ = [
     "AGENTS", "BatchedCoryEnv", "EnvConfig", "Query", "Task", "env", "make_task",
-    "parallel_env", "raw_env", "register_task", "registered_tasks", "role_order",
+    "parallel_env", "raw_env", "register_task", "registered_tasks", "role_order", "task_options",
 ]

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import numbers
 import warnings
+from collections.abc import Mapping
 
 import numpy as np
 from gymnasium import spaces
 from pettingzoo import AECEnv
 from pettingzoo.utils import wrappers
 from pettingzoo.utils.conversions import turn_based_aec_to_parallel
+from pettingzoo.utils.env_logger import EnvLogger
 
 from .config import EnvConfig, check_bool
 from .core import OBSERVER, PIONEER, ROLES, Episodes
@@ -62,6 +64,8 @@ def role_order(swap_roles: bool, single_agent: bool = False) -> tuple[str, ...]:
 
 def parse_reset_options(options, warned: set) -> dict:
     """Validate known reset options; warn once about unknown keys."""
+    if options is not None and not isinstance(options, Mapping):
+        raise TypeError(f"reset options must be a dict or None, got {options!r}")
     options = dict(options or {})
     unknown = sorted(set(options) - set(RESET_OPTIONS))
     if unknown and tuple(unknown) not in warned:
@@ -72,6 +76,8 @@ def parse_reset_options(options, warned: set) -> dict:
         check_bool("swap_roles", options["swap_roles"])
     if "queries" in options and not isinstance(options["queries"], (list, tuple)):
         raise TypeError(f"queries must be a list of Query or int, got {options['queries']!r}")
+    if "queries" in options and not options["queries"]:
+        raise ValueError("queries is empty: give at least one Query or index")
     if "group_size" in options:
         g = options["group_size"]
         if isinstance(g, (bool, np.bool_)) or not isinstance(g, numbers.Integral) or g < 1:
@@ -85,7 +91,8 @@ def resolve_queries(items, pool: list[Query]) -> list[Query]:
     for item in items:
         if isinstance(item, Query):
             out.append(item)
-        elif isinstance(item, numbers.Integral) and 0 <= item < len(pool):
+        elif isinstance(item, numbers.Integral) and not isinstance(item, (bool, np.bool_)) \
+                and 0 <= item < len(pool):
             out.append(pool[int(item)])
         else:
             raise ValueError(f"query {item!r} is not a Query or an index below {len(pool)}")
@@ -202,6 +209,8 @@ class raw_env(QuerySource, AECEnv):
 
     def observe(self, agent):
         """The agent's prompt and its tokens so far (all padding before its turn starts)."""
+        if not hasattr(self, "_slot"):
+            EnvLogger.error_observe_before_reset()
         slot = self._slot[agent]
         obs = {"observation": {"input_ids": self._ep.ids[slot, 0].copy(),
                                "attention_mask": self._ep.mask[slot, 0].copy()}}
@@ -211,11 +220,15 @@ class raw_env(QuerySource, AECEnv):
 
     def state(self):
         """The joint transcript: the pioneer's view followed by the observer's view."""
+        if not hasattr(self, "_slot"):
+            EnvLogger.error_state_before_reset()
         return {"input_ids": self._ep.ids[:, 0].reshape(-1).copy(),
                 "attention_mask": self._ep.mask[:, 0].reshape(-1).copy()}
 
     def step(self, action):
         """Append the selected agent's token; end its turn on EOS or max_new_tokens."""
+        if not hasattr(self, "_slot"):
+            EnvLogger.error_step_before_reset()  # PettingZoo's own message
         agent = self.agent_selection
         if self.terminations[agent] or self.truncations[agent]:
             self._was_dead_step(action)
@@ -236,11 +249,17 @@ class raw_env(QuerySource, AECEnv):
         self._accumulate_rewards()
 
     def _finish(self) -> None:
+        cap = self.config.max_cycles
+        capped = cap is not None and not self._ep.hit_eos[OBSERVER if not
+                                                           self.config.single_agent else 0, 0]
         for agent in self.agents:
             slot = self._slot[agent]
             self.rewards[agent] = float(self._ep.agent_rewards[slot, 0])
             self.infos[agent]["task_reward"] = float(self._ep.task_rewards[slot, 0])
-            self.terminations[agent] = True
+            if capped:  # the episode ran into max_cycles: truncated, as PettingZoo says
+                self.truncations[agent] = True
+            else:
+                self.terminations[agent] = True
         self.agent_selection = self.agents[PIONEER]
 
     # -- rendering ---------------------------------------------------------------------------

@@ -25,6 +25,8 @@ class BatchedCoryEnv(QuerySource):
     """B CORY episodes stepped together with (B,) token tensors (see the module docstring)."""
 
     def __init__(self, batch_size: int = 8, device: str | torch.device = "cpu", **config):
+        if isinstance(batch_size, np.integer):
+            batch_size = int(batch_size)
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
         self.config = EnvConfig.from_kwargs(**config)
@@ -66,7 +68,12 @@ class BatchedCoryEnv(QuerySource):
     def reset(self, seed: int | None = None, options: dict | None = None) -> dict:
         """Start B episodes; options: "swap_roles" (bool), "queries" (Query objects/indices),
         "group_size" (G: B / G queries, each answered G times in a row)."""
-        self.episodes.start(self._reset_queries(seed, options, n=self.batch_size))
+        queries = self._reset_queries(seed, options, n=self.batch_size)
+        if len(queries) != self.batch_size:
+            g = self.group_size
+            raise ValueError(f"reset: {len(queries) // g} queries x group_size {g} = "
+                             f"{len(queries)} episodes, but batch_size is {self.batch_size}")
+        self.episodes.start(queries)
         self.agents = list(role_order(self.swap_roles, self.config.single_agent))
         return self.observe()
 

@@ -6,6 +6,8 @@ import numbers
 from dataclasses import dataclass, fields
 from typing import Any
 
+import numpy as np
+
 from .tasks.base import Task, make_task
 
 REWARD_MODES = ("collective", "individual")
@@ -28,6 +30,7 @@ class EnvConfig:
     seed: int | None = None
     split: str = "train"
     action_mask: bool = False  # add an all-ones "action_mask" to observations
+    max_cycles: int | None = None  # PettingZoo's cap: each agent acts at most this many times
 
     def validate(self) -> EnvConfig:
         """Check every field, raising a ValueError/TypeError that names the bad value."""
@@ -38,7 +41,7 @@ class EnvConfig:
         if self.render_mode is not None and self.render_mode not in RENDER_MODES:
             raise ValueError(f"render_mode must be one of {RENDER_MODES} or None, "
                              f"got {self.render_mode!r}")
-        for name in ("max_new_tokens", "context_len"):
+        for name in ("max_new_tokens", "context_len", "max_cycles"):
             value = getattr(self, name)
             if value is not None and (not _is_int(value) or value < 1):
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -54,6 +57,8 @@ class EnvConfig:
         if tokenizer.eos_token_id is None:
             raise ValueError(f"tokenizer {type(tokenizer).__name__} has no eos_token_id")
         max_new = self.max_new_tokens or task.default_max_new_tokens
+        if self.max_cycles is not None:
+            max_new = min(max_new, self.max_cycles)
         context = self.context_len or task.default_context_len
         if context <= max_new:
             raise ValueError(f"context_len ({context}) must exceed max_new_tokens ({max_new})")
@@ -74,10 +79,48 @@ def load_tokenizer(tokenizer):
     if isinstance(tokenizer, str):
         from transformers import AutoTokenizer
 
+        from .files import check_hub_name
+
+        check_hub_name("tokenizer", tokenizer, "tokenizer_config.json")
+
         tokenizer = AutoTokenizer.from_pretrained(tokenizer)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
+
+
+_KINDS = {"int": (numbers.Integral,), "float": (numbers.Real,), "bool": (bool, np.bool_),
+          "str": (str,)}
+
+
+def check_fields(cfg) -> None:
+    """Check a config dataclass's scalar fields against their annotations, naming the field.
+
+    numpy scalars count as their Python kind and are converted to it (np.int64(4) -> 4);
+    bools are not numbers here; a NaN float is refused. Fields of other types are left to
+    the config's own checks.
+    """
+    for f in fields(cfg):
+        value = getattr(cfg, f.name)
+        if f.metadata.get("check") is False:  # the config checks this one itself
+            continue
+        if isinstance(value, np.generic):
+            value = value.item()
+            setattr(cfg, f.name, value)
+        ann = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")
+        parts = [p.strip() for p in ann.split("|")]
+        kinds = [p for p in parts if p != "None"]
+        if len(kinds) != 1 or kinds[0] not in _KINDS or (value is None and "None" in parts):
+            continue
+        kind = kinds[0]
+        ok = isinstance(value, _KINDS[kind]) and (kind == "bool" or not isinstance(value, bool))
+        if ok and kind == "float" and value != value:
+            ok = False
+        if not ok:
+            what = f"{'an' if kind == 'int' else 'a'} {kind}" + (" or None" if "None" in parts
+                                                                else "")
+            raise ValueError(f"{type(cfg).__name__}.{f.name} must be {what}, got {value!r} "
+                             f"({type(value).__name__})")
 
 
 def check_bool(name: str, value) -> None:

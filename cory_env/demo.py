@@ -6,16 +6,26 @@ import argparse
 
 import numpy as np
 
-from . import env
+from . import env, registered_tasks
+from .plugins import load_plugins
 
 
 def main(argv=None) -> None:
     """Play a few episodes per offline task and print each transcript."""
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--tasks", default="sentiment,arithmetic")
+    p = argparse.ArgumentParser(description=__doc__, allow_abbrev=False)
+    p.add_argument("--tasks", default="sentiment,arithmetic", help="comma list of tasks")
     p.add_argument("--episodes", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--import", dest="imports", action="append", default=[],
+                   metavar="MODULE_OR_FILE", help="module or .py file that registers tasks")
     args = p.parse_args(argv)
+    try:
+        load_plugins(args.imports)
+        unknown = sorted(set(args.tasks.split(",")) - set(registered_tasks()))
+        if unknown:
+            raise ValueError(f"unknown task(s) {unknown}; registered: {registered_tasks()}")
+    except ValueError as err:
+        p.error(str(err))
     rng = np.random.default_rng(args.seed)
     for task in args.tasks.split(","):
         game = env(task=task, render_mode="ansi", max_new_tokens=8)

@@ -72,3 +72,49 @@ def remove_dir(path: str | os.PathLike) -> None:
     trash = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
     os.replace(path, trash / "x")
     shutil.rmtree(trash, ignore_errors=True)
+
+
+def looks_local(value) -> bool:
+    """Whether a model/data name is meant as a local path (absolute, ./, ../ or ~)."""
+    return isinstance(value, str) and value.startswith(("/", "./", "../", "~"))
+
+
+def check_local_path(name: str, value) -> None:
+    """Raise ValueError naming the setting if value is a local path that does not exist
+    (instead of the hub client calling it an invalid repo id)."""
+    if looks_local(value) and not os.path.exists(os.path.expanduser(value)):
+        raise ValueError(f"{name}={value!r}: no such file or folder")
+
+
+def check_hub_name(what: str, name: str, filename: str = "config.json") -> None:
+    """Fail fast, naming `what`, if `name` is neither a local path nor in the HF cache while
+    the hub cannot be reached (instead of the hub client retrying for most of a minute)."""
+    check_local_path(what, name)
+    if not isinstance(name, str) or os.path.exists(os.path.expanduser(name)):
+        return
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
+        return  # transformers then answers from the cache at once
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        if isinstance(try_to_load_from_cache(name, filename), str):
+            return
+    except Exception:  # an odd name: let the hub client say what is wrong with it
+        return
+    if not _hub_reachable():
+        raise ValueError(f"{what}={name!r} is not a local folder, not in the Hugging Face "
+                         f"cache, and the hub cannot be reached; pass a local folder (or set "
+                         f"HF_HUB_OFFLINE=1 to use the cache)")
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether a TCP connection to the HF endpoint opens within `timeout` seconds."""
+    import socket
+    from urllib.parse import urlparse
+
+    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    try:
+        socket.create_connection((url.hostname, url.port or 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False

@@ -151,7 +151,8 @@ class DistributedTrainer(Trainer):
         if self.world_size > 1:
             self.learner.generator.manual_seed(rank_seed(self.cfg.seed, self.rank))
             pool = self.env.task.queries(self.env.config.split)
-            self.query_sampler = ShardedQueries(len(pool), self.cfg.batch_size, self.rank,
+            per_rank = self.cfg.batch_size // self.learner.group  # distinct queries a rank
+            self.query_sampler = ShardedQueries(len(pool), per_rank, self.rank,
                                                 self.world_size, self.cfg.seed)
         self.local_metrics: dict | None = None
 

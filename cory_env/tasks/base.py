@@ -6,6 +6,7 @@ tokens) into prompt token ids, and scores finished responses.
 
 from __future__ import annotations
 
+import inspect
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -121,8 +122,15 @@ def register_task(name: str, factory=None):
     """Register a Task class or factory under a name; usable as a decorator."""
 
     def add(f):
+        from ..plugins import check_not_builtin
+
         if not isinstance(name, str) or not name:
             raise ValueError(f"task name must be a non-empty string, got {name!r}")
+        if not callable(f):
+            raise TypeError(f"register_task({name!r}) needs a Task class or factory, got {f!r}")
+        check_not_builtin("task", name, _REGISTRY, f, ("cory_env",))
+        if isinstance(f, type) and issubclass(f, Task) and "name" not in vars(f):
+            f.name = name  # a class that names itself keeps its name
         _REGISTRY[name] = f
         return f
 
@@ -138,6 +146,7 @@ def make_task(task, **kwargs) -> Task:
     if isinstance(task, type) and issubclass(task, Task):
         return task(**kwargs)
     if isinstance(task, str):
+        _discover()
         if task not in _REGISTRY:
             raise ValueError(f"unknown task {task!r}; registered: {sorted(_REGISTRY)}")
         return _REGISTRY[task](**kwargs)
@@ -145,8 +154,28 @@ def make_task(task, **kwargs) -> Task:
 
 
 def registered_tasks() -> list[str]:
-    """Names of all registered tasks."""
+    """Names of all registered tasks (installed `cory.tasks` entry points included)."""
+    _discover()
     return sorted(_REGISTRY)
+
+
+def task_options(name: str) -> dict[str, Any]:
+    """The keyword options of a registered task and their defaults (from its signature)."""
+    _discover()
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown task {name!r}; registered: {sorted(_REGISTRY)}")
+    try:
+        params = inspect.signature(_REGISTRY[name]).parameters.values()
+    except (TypeError, ValueError):
+        return {}
+    return {p.name: (None if p.default is p.empty else p.default) for p in params
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+
+
+def _discover() -> None:
+    from ..plugins import load_entry_points
+
+    load_entry_points("cory.tasks")
 
 
 def last_number(text: str) -> str | None:

@@ -44,3 +44,9 @@ def course_config(method: str, model: str, iterations: int = 8, seed: int = 0) -
                     kl_penalty="kl")
     return TrainConfig(task="colours", method=method, model=model, iterations=iterations,
                        batch_size=16, seed=seed, t_rex=3, ppo=ppo)
+
+
+if __name__ == "__main__":  # python -m examples.exercises.common DIR: write the course LM
+    import sys
+
+    print(course_lm(sys.argv[1]))

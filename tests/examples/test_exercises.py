@@ -43,3 +43,41 @@ def test_ex4_new_task_follows_the_api_and_pays_as_documented():
     task = cory_env.make_task("echo")
     q = task.queries()[:1] * 3
     assert task.reward(q, [q[0].text, q[0].answer, "a"]).tolist() == [1.0, 0.5, 0.0]
+
+
+FAST = ["--iterations", "1", "--batch-size", "4", "--mini-batch-size", "4", "--ppo-epochs", "1",
+        "--max-new-tokens", "2", "--eval-problems", "0", "--seeds", "0", "--final-window", "1",
+        "--no-progress"]
+
+
+@pytest.mark.slow
+def test_the_documented_benchmark_commands_run_as_written(tmp_path):
+    """Every `python -m benchmarks.run` / `examples.exercises.common` command of
+    docs/exercises.md runs in a fresh folder (shrunk by appended options; on the course LM)."""
+    import os
+    import re
+    import shlex
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "docs" / "exercises.md").read_text()
+    commands = [c for c in re.findall(r"^(python -m [^\n`]+)$|`(python -m [^`]+)`", text, re.M)]
+    commands = [a or b for a, b in commands]
+    wanted = [c for c in commands if "benchmarks.run" in c or "exercises.common" in c]
+    assert len(wanted) >= 4, wanted
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    lm = tmp_path / "runs" / "course-lm"
+    subprocess.run([sys.executable, "-m", "examples.exercises.common", str(lm)], cwd=tmp_path,
+                   env=env, check=True, capture_output=True)
+    for k, command in enumerate(wanted):
+        argv = shlex.split(command)[1:]
+        if "benchmarks.run" in command:
+            argv += FAST + ["--out", str(tmp_path / f"run{k}")]
+            if "--model" not in argv:
+                argv += ["--import", "examples.exercises.common", "--tasks", "colours",
+                         "--model", str(lm)]
+        p = subprocess.run([sys.executable, *argv], cwd=tmp_path, env=env, capture_output=True,
+                           text=True, timeout=300)
+        assert p.returncode == 0, (command, p.stderr[-2000:])
