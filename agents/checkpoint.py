@@ -16,6 +16,8 @@ import torch
 from cory_env.files import atomic_write
 
 FORMAT = 1
+# Settings a resumed run may change: they do not change what the next iterations compute.
+RESUMABLE_CHANGES = ("iterations", "device", "placement")
 
 
 def trainable_state(policy) -> dict[str, torch.Tensor]:
@@ -30,14 +32,19 @@ def _host_copy(t: torch.Tensor) -> torch.Tensor:
     return t if type(t).__name__ == "DTensor" else t.cpu().clone()
 
 
-def load_trainable_state(policy, state: dict[str, torch.Tensor]) -> None:
-    """Copy saved trainable tensors back into the policy, naming any missing one."""
+def load_trainable_state(policy, state: dict[str, torch.Tensor], where: str = "checkpoint"
+                         ) -> None:
+    """Copy saved trainable tensors back into the policy, naming any missing or misshapen one."""
     params = dict(policy.named_parameters())
     with torch.no_grad():
         for name, value in state.items():
             if name not in params:
-                raise KeyError(f"checkpoint tensor {name!r} has no parameter in the policy")
+                raise ValueError(f"{where}: tensor {name!r} has no parameter in the policy "
+                                 f"(a different architecture or LoRA setting?)")
             param = params[name]
+            if tuple(param.shape) != tuple(value.shape):
+                raise ValueError(f"{where}: {name} has shape {tuple(value.shape)}, the model's "
+                                 f"is {tuple(param.shape)} (a different architecture)")
             if type(param).__name__ == "DTensor":  # FSDP: keep this rank's shard of the value
                 from .distributed.fsdp import like
 
@@ -52,6 +59,7 @@ def trainer_state(trainer) -> dict:
         "format": FORMAT,
         "iteration": trainer.iteration,
         "method": trainer.cfg.method, "task": trainer.cfg.task, "seed": trainer.cfg.seed,
+        "config": run_config(trainer.cfg),
         "policies": {a: trainable_state(p) for a, p in learner.policies.items()},
         "learner": learner.state_dict(),
         "env_rng": trainer.env.rng_state(),
@@ -64,17 +72,54 @@ def trainer_state(trainer) -> dict:
     return state
 
 
-def load_trainer_state(trainer, state: dict) -> None:
-    """Restore a Trainer from trainer_state(), checking it belongs to the same run."""
+def run_config(cfg) -> dict[str, object]:
+    """A TrainConfig as {"ppo.lr": value, ...}: what a checkpoint records of its run."""
+    from .cli import flatten
+
+    out = {}
+    for path, value in flatten(cfg).items():
+        out[".".join(path)] = value if isinstance(value, (bool, int, float, str, type(None),
+                                                          list, dict)) else repr(value)
+    return out
+
+
+def config_differences(saved: dict, now: dict) -> tuple[list[str], list[str]]:
+    """(refused, allowed): 'field: saved X, now Y' for each setting that differs."""
+    refused, allowed = [], []
+    for key in sorted(set(saved) | set(now)):
+        if saved.get(key) != now.get(key):
+            line = f"{key}: saved {saved.get(key)!r}, now {now.get(key)!r}"
+            (allowed if key.split(".")[0] in RESUMABLE_CHANGES else refused).append(line)
+    return refused, allowed
+
+
+def load_trainer_state(trainer, state: dict, where: str = "checkpoint") -> None:
+    """Restore a Trainer from trainer_state(), refusing a checkpoint of another run.
+
+    The saved configuration is compared field by field: a difference that changes the run
+    is refused with every such field and both values named; `RESUMABLE_CHANGES` (the number
+    of iterations, the device and the placement) are allowed.
+    """
+    if not isinstance(state, dict) or state.get("format") != FORMAT or "policies" not in state:
+        raise ValueError(f"{where} is not a cory Trainer checkpoint (format {FORMAT})")
+    if "config" in state:
+        refused, _ = config_differences(state["config"], run_config(trainer.cfg))
+        if refused:
+            raise ValueError(f"{where} was saved by a run with other settings; resume with the "
+                             f"saved ones (only {', '.join(RESUMABLE_CHANGES)} may change): "
+                             + "; ".join(refused))
     for key in ("method", "task", "seed"):
         if state[key] != getattr(trainer.cfg, key):
-            raise ValueError(f"checkpoint is for {key}={state[key]!r}, "
+            raise ValueError(f"{where} is for {key}={state[key]!r}, "
                              f"not {getattr(trainer.cfg, key)!r}")
     learner = trainer.learner
+    if set(state["policies"]) != set(learner.policies):
+        raise ValueError(f"{where} holds agents {sorted(state['policies'])}, the trainer "
+                         f"{sorted(learner.policies)}")
     for agent, weights in state["policies"].items():
-        load_trainable_state(learner.policies[agent], weights)
+        load_trainable_state(learner.policies[agent], weights, f"{where} ({agent})")
     if "critic" in state:
-        load_trainable_state(learner.critic, state["critic"])
+        load_trainable_state(learner.critic, state["critic"], f"{where} (critic)")
     learner.load_state_dict(state["learner"])
     trainer.env.set_rng_state(state["env_rng"])
     torch.set_rng_state(state["torch_rng"])
@@ -93,6 +138,19 @@ def save_checkpoint(trainer, path: str) -> None:
     atomic_save(trainer_state(trainer), path)
 
 
+def read_checkpoint(path: str) -> dict:
+    """torch.load a checkpoint, naming the file in every error."""
+    import os
+
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"checkpoint {path}: no such file")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as err:  # pickle / zip / torch errors of a corrupt or foreign file
+        raise ValueError(f"checkpoint {path} cannot be read (corrupt, or not a torch file): "
+                         f"{type(err).__name__}: {err}") from None
+
+
 def load_checkpoint(trainer, path: str) -> None:
     """Restore the trainer's full state from path."""
-    load_trainer_state(trainer, torch.load(path, map_location="cpu", weights_only=False))
+    load_trainer_state(trainer, read_checkpoint(path), f"checkpoint {path}")

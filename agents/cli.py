@@ -238,3 +238,18 @@ def from_dict(cls, data: dict):
             else value
     return cls(**kwargs)
 
+
+
+def catalogue() -> str:
+    """The registered methods, tasks and each task's options, for a CLI's --help."""
+    from cory_env import registered_tasks, task_options
+
+    from .learner import registered_learners
+
+    lines = ["methods (registered learners; --import adds yours):",
+             "  " + ", ".join(registered_learners()), "tasks and their options (--task-options "
+             "k=v,...; a task's tokenizer defaults to --model's when it takes one):"]
+    for task in registered_tasks():
+        opts = ", ".join(f"{k}={v!r}" for k, v in task_options(task).items())
+        lines.append(f"  {task}: {opts or '(none)'}")
+    return "\n".join(lines)

@@ -13,6 +13,7 @@ agents call it to prepare their models, back-propagate, and agree on statistics 
 
 from __future__ import annotations
 
+import copy
 import functools
 import importlib
 import pkgutil
@@ -183,6 +184,7 @@ class Learner:
     role_exchange = False  # swap pioneer and observer every t_rex iterations
     needs_critic = False  # True: the Trainer builds a separate critic model (`critic=`)
     group_size = 1  # answers per query it asks for when cfg.group_size is None
+    saved_state: tuple[str, ...] = ()  # attributes of its own that a checkpoint must keep
 
     def __init__(self, policies: dict, cfg: LearnerConfig, seed: int = 0,
                  comm: Comm | None = None):
@@ -228,15 +230,28 @@ class Learner:
         return out
 
     def state_dict(self) -> dict:
-        """Everything but the weights: per-agent optimizer/KL/score state and the RNG."""
+        """Everything but the weights, for checkpoints.
+
+        Saved automatically: each agent's optimizer, KL controller and score statistics, and
+        the learner's RNG. A learner with state of its own (a running baseline, a schedule)
+        names those attributes in `saved_state`, and they are saved and restored too (deep
+        copies: tensors, numbers, dicts and lists of them); anything richer overrides this
+        method and `load_state_dict`, calling super().
+        """
         return {"agents": {a: s.state_dict() for a, s in self.agents.items()},
-                "generator": self.generator.get_state()}
+                "generator": self.generator.get_state(),
+                "own": {name: copy.deepcopy(getattr(self, name)) for name in self.saved_state}}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore what state_dict saved."""
         for agent, s in state["agents"].items():
             self.agents[agent].load_state_dict(s)
         self.generator.set_state(state["generator"])
+        missing = [n for n in self.saved_state if n not in state.get("own", {})]
+        if missing:
+            raise ValueError(f"the checkpoint has no {missing} for learner {self.name!r}")
+        for name, value in state.get("own", {}).items():
+            setattr(self, name, copy.deepcopy(value))
 
 
 _LEARNERS: dict[str, type[Learner]] = {}

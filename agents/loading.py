@@ -45,9 +45,21 @@ def check_4bit(lora) -> None:
 def load_lm(name_or_path, load_in_4bit, device, dtype, hf_kwargs):
     """AutoModelForCausalLM.from_pretrained with the right dtype / quantization arguments."""
     import transformers
-    from transformers import AutoModelForCausalLM
 
     check_hub_name("model", name_or_path)
+    was_on = transformers.utils.logging.is_progress_bar_enabled()
+    transformers.utils.logging.disable_progress_bar()  # no "Loading weights" bars: ours stay
+    try:
+        return _load_lm(name_or_path, load_in_4bit, device, dtype, hf_kwargs)
+    finally:
+        if was_on:
+            transformers.utils.logging.enable_progress_bar()
+
+
+def _load_lm(name_or_path, load_in_4bit, device, dtype, hf_kwargs):
+    import transformers
+    from transformers import AutoModelForCausalLM
+
     kw = dict(hf_kwargs)
     dtype_key = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
     if load_in_4bit:

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from agents import cli
 from agents.learner import registered_learners
-from agents.ppo import PPOConfig
 from agents.train import TrainConfig, check_device, mini_batch_follows
 from cory_env import registered_tasks
 from cory_env import task_options as cory_task_options
@@ -40,8 +40,7 @@ def offline_training() -> TrainConfig:
     vf 0.1, gamma 1, lambda 0.95. lr 1e-4 instead of 1.41e-5: 20 iterations of 32 episodes
     are ~40x fewer samples than the paper's 100 of 256.
     """
-    return TrainConfig(iterations=20, batch_size=32, ppo=PPOConfig(
-        lr=1e-4, batch_size=32, mini_batch_size=32, kl_penalty="full"))
+    return TrainConfig()  # the Trainer's own default: one definition of it
 
 
 @dataclass
@@ -75,6 +74,9 @@ class BenchConfig:
     checkpoint_every: int = field(default=1, metadata=cli.meta("iterations between checkpoints"))
     threads: int = field(default=1, metadata=cli.meta(
         "torch CPU threads (0: torch's default); fixed so numbers do not depend on the machine"))
+    wandb: str | None = field(default=None, metadata=cli.meta(
+        "also log to Weights & Biases: offline (no network; files in the run folder) or "
+        "online (none: off)"))
     preset: str = field(default="offline", metadata=cli.meta("named settings"))
     quick: bool = field(default=False, metadata=cli.meta("a short smoke run"))
     train: TrainConfig = field(default_factory=offline_training)
@@ -134,6 +136,11 @@ def validate_config(cfg: BenchConfig) -> None:
     load_plugins(cfg.imports)  # before the names below are looked up
     if cfg.preset not in PRESETS:
         raise ValueError(f"unknown preset {cfg.preset!r}; known: {sorted(PRESETS)}")
+    if cfg.wandb is not None:
+        if cfg.wandb not in ("offline", "online"):
+            raise ValueError(f"wandb must be offline, online or none, got {cfg.wandb!r}")
+        if importlib.util.find_spec("wandb") is None:
+            raise ValueError("--wandb needs the wandb package: pip install wandb")
     for name, known in (("task", registered_tasks()), ("method", registered_learners())):
         values = getattr(cfg, name + "s")
         if not values:

@@ -22,6 +22,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # `python benchmarks/run.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from agents import cli
 from benchmarks.config import BenchConfig, add_config_options, check_resume, resolve_config
 from benchmarks.runner import RunFolder, run_benchmark
 
@@ -30,7 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     """An option per BenchConfig field (defaults left out, so explicit ones are known)."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     argument_default=argparse.SUPPRESS, allow_abbrev=False)
+                                     argument_default=argparse.SUPPRESS, allow_abbrev=False,
+                                     epilog=cli.catalogue())
     add_config_options(parser)
     parser.add_argument("--out", help="run folder (default runs/<timestamp>)")
     parser.add_argument("--resume", action="store_true",

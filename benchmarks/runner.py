@@ -227,6 +227,15 @@ def _clock(seconds: float) -> str:
     return f"{m // 60}h{m % 60:02d}m" if m >= 60 else f"{m}m{s:02d}s"
 
 
+def wandb_run(cfg: BenchConfig, spec: RunSpec, folder: RunFolder):
+    """A Weights & Biases run for one training run (cfg.wandb: "offline" or "online")."""
+    import wandb
+
+    return wandb.init(project="cory", group=folder.path.name, name=spec.key,
+                      dir=str(folder.path), mode=cfg.wandb, config=spec.ids(),
+                      settings=wandb.Settings(silent=True))
+
+
 # ------------------------------------------------------------------------------- driver
 def run_one(cfg: BenchConfig, spec: RunSpec, folder: RunFolder, bar: Progress,
             stop_after: int | None = None) -> bool:
@@ -246,16 +255,20 @@ def run_one(cfg: BenchConfig, spec: RunSpec, folder: RunFolder, bar: Progress,
     bar.skip(trainer.iteration)
     tb = folder.path / "tb" / spec.key  # on resume, TensorBoard drops steps >= purge_step
     writer = SummaryWriter(str(tb), purge_step=trainer.iteration if tb.exists() else None)
+    wandb = wandb_run(cfg, spec, folder) if cfg.wandb else None
     try:
         while trainer.iteration < cfg.train.iterations:
             if stop_after is not None and trainer.iteration >= stop_after:
                 return False
             records = flatten(trainer.step(), spec)
             folder.append(records)
-            for r in records:
-                for name, value in numeric(r).items():
-                    writer.add_scalar(f"{r['agent']}/{name}", value, r["iteration"])
+            scalars = {f"{r['agent']}/{name}": value for r in records
+                       for name, value in numeric(r).items()}
+            for name, value in scalars.items():
+                writer.add_scalar(name, value, records[0]["iteration"])
             writer.flush()
+            if wandb is not None:
+                wandb.log({**scalars, "iteration": records[0]["iteration"]})
             if trainer.iteration % cfg.checkpoint_every == 0 \
                     or trainer.iteration == cfg.train.iterations:
                 trainer.save(str(folder.ckpt(spec)))
@@ -263,6 +276,8 @@ def run_one(cfg: BenchConfig, spec: RunSpec, folder: RunFolder, bar: Progress,
             bar.update(1, f"{spec.key} it {trainer.iteration - 1}")
     finally:
         writer.close()
+        if wandb is not None:
+            wandb.finish()
     if wants_eval(cfg, spec.task):
         folder.drop_evals(spec.key)
         folder.add_evals(try_evaluate(trainer, cfg, spec, folder))

@@ -125,7 +125,7 @@ def check_fields(cfg) -> None:
 
 def check_bool(name: str, value) -> None:
     """Raise TypeError unless value is a bool (numpy bools accepted)."""
-    if not isinstance(value, bool) and type(value).__name__ != "bool_":
+    if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be a bool, got {value!r} ({type(value).__name__})")
 
 

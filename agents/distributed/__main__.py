@@ -16,7 +16,7 @@ import sys
 
 from cory_env.plugins import load_plugins
 
-from ..cli import add_options, apply
+from ..cli import add_options, apply, catalogue
 from ..runlog import append_jsonl, keep_jsonl
 from ..train import TrainConfig, mini_batch_follows
 from .trainer import DistributedTrainer, make_accelerator
@@ -26,7 +26,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict]:
     """The parser and its {dest: TrainConfig field path} table."""
     p = argparse.ArgumentParser(prog="python -m agents.distributed", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                argument_default=argparse.SUPPRESS, allow_abbrev=False)
+                                argument_default=argparse.SUPPRESS, allow_abbrev=False,
+                                epilog=catalogue())
     paths = add_options(p, TrainConfig, TrainConfig())
     p.add_argument("--import", dest="imports", action="append", metavar="MODULE_OR_FILE",
                    help="module or .py file that registers learners or tasks (repeatable)")

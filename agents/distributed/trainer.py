@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..checkpoint import atomic_save, load_trainer_state, trainer_state
+from ..checkpoint import atomic_save, load_trainer_state, read_checkpoint, trainer_state
 from ..train import TrainConfig, Trainer
 from .comm import DDPComm, FSDPComm, SyncedPolicy
 
@@ -218,8 +218,8 @@ class DistributedTrainer(Trainer):
 
     def load(self, path: str) -> None:
         """Resume on every rank; a rank missing from the checkpoint gets derived RNG seeds."""
-        state = torch.load(path, map_location="cpu", weights_only=False)
-        load_trainer_state(self, state)
+        state = read_checkpoint(path)
+        load_trainer_state(self, state, f"checkpoint {path}")
         if self.sharding == "fsdp":
             from .fsdp import shard_optimizer_state
 

@@ -21,6 +21,7 @@ class ReinforceEMA(CoryStructure, Learner):
     """REINFORCE: advantage = return - moving average of past returns; no critic."""
 
     decay = 0.9
+    saved_state = ("baseline",)  # the running baseline is part of a checkpoint
 
     def __init__(self, policies, cfg, seed=0, **kwargs):
         super().__init__(policies, cfg, seed, **kwargs)
