@@ -149,7 +149,14 @@ def make_task(task, **kwargs) -> Task:
         _discover()
         if task not in _REGISTRY:
             raise ValueError(f"unknown task {task!r}; registered: {sorted(_REGISTRY)}")
-        return _REGISTRY[task](**kwargs)
+        factory = _REGISTRY[task]
+        accepted = task_options(task)
+        takes_any = any(p.kind == p.VAR_KEYWORD for p in _parameters(factory))
+        unknown = sorted(set(kwargs) - set(accepted))
+        if unknown and not takes_any:
+            raise ValueError(f"task {task!r} has no option(s) {unknown}; it takes "
+                             f"{sorted(accepted) or 'none'}")
+        return factory(**kwargs)
     raise TypeError(f"task must be a name, Task or Task class, got {type(task).__name__}")
 
 
@@ -164,12 +171,17 @@ def task_options(name: str) -> dict[str, Any]:
     _discover()
     if name not in _REGISTRY:
         raise ValueError(f"unknown task {name!r}; registered: {sorted(_REGISTRY)}")
-    try:
-        params = inspect.signature(_REGISTRY[name]).parameters.values()
-    except (TypeError, ValueError):
-        return {}
+    params = _parameters(_REGISTRY[name])
     return {p.name: (None if p.default is p.empty else p.default) for p in params
             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+
+
+def _parameters(factory) -> list[inspect.Parameter]:
+    """A factory's signature parameters ([] if it has none to show)."""
+    try:
+        return list(inspect.signature(factory).parameters.values())
+    except (TypeError, ValueError):
+        return []
 
 
 def _discover() -> None:

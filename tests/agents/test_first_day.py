@@ -349,3 +349,8 @@ def test_wandb_offline_logs_without_a_network(tmp_path, toy_lm):
           "--out", str(out)])
     runs = list((out / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(runs) == 1 and runs[0].stat().st_size > 0
+
+
+def test_an_unknown_task_option_is_named_with_the_accepted_ones():
+    with pytest.raises(ValueError, match=r"task 'imdb' has no option\(s\) \['bogus'\]; it takes"):
+        cory_env.make_task("imdb", bogus=1)
