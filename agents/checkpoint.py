@@ -9,6 +9,7 @@ states. Writes are atomic: a checkpoint is either whole or absent.
 from __future__ import annotations
 
 import random
+import warnings
 
 import numpy as np
 import torch
@@ -103,7 +104,10 @@ def load_trainer_state(trainer, state: dict, where: str = "checkpoint") -> None:
     if not isinstance(state, dict) or state.get("format") != FORMAT or "policies" not in state:
         raise ValueError(f"{where} is not a cory Trainer checkpoint (format {FORMAT})")
     if "config" in state:
-        refused, _ = config_differences(state["config"], run_config(trainer.cfg))
+        refused, allowed = config_differences(state["config"], run_config(trainer.cfg))
+        if allowed and not refused:
+            warnings.warn(f"{where}: resuming with changed settings that keep the run the same: "
+                          + "; ".join(allowed), RuntimeWarning, stacklevel=3)
         if refused:
             raise ValueError(f"{where} was saved by a run with other settings; resume with the "
                              f"saved ones (only {', '.join(RESUMABLE_CHANGES)} may change): "

@@ -211,6 +211,8 @@ class raw_env(QuerySource, AECEnv):
         """The agent's prompt and its tokens so far (all padding before its turn starts)."""
         if not hasattr(self, "_slot"):
             EnvLogger.error_observe_before_reset()
+        if agent not in self._slot:
+            raise ValueError(f"unknown agent {agent!r}; agents: {list(self._slot)}")
         slot = self._slot[agent]
         obs = {"observation": {"input_ids": self._ep.ids[slot, 0].copy(),
                                "attention_mask": self._ep.mask[slot, 0].copy()}}

@@ -79,7 +79,7 @@ class BatchedCoryEnv(QuerySource):
 
     def observe(self, agent: str | None = None) -> dict:
         """The agent's (default: the acting agent's) ids, mask and active rows as tensors."""
-        slot = self.episodes.turn if agent is None else self.agents.index(agent)
+        slot = self.episodes.turn if agent is None else self._slot(agent, "observe")
         ep = self.episodes
         active = ~ep.turn_done if slot == ep.turn and not ep.finished else np.zeros(ep.batch, bool)
         return {"input_ids": self._tensor(ep.ids[slot]),
@@ -88,6 +88,7 @@ class BatchedCoryEnv(QuerySource):
 
     def step(self, actions):
         """Apply (B,) token ids of the acting agent; returns obs, rewards, terms, truncs, infos."""
+        self._slot(None, "step")
         tokens = np.asarray(actions.detach().cpu() if torch.is_tensor(actions) else actions)
         if tokens.shape != (self.episodes.batch,):
             raise ValueError(f"actions must have shape ({self.episodes.batch},), "
@@ -107,7 +108,7 @@ class BatchedCoryEnv(QuerySource):
         """The (B,) rewards the env paid `agent` at the end of the episodes."""
         if self.episodes.agent_rewards is None:
             raise RuntimeError("the episodes are not finished: no rewards yet")
-        return torch.as_tensor(self.episodes.agent_rewards[self.agents.index(agent)],
+        return torch.as_tensor(self.episodes.agent_rewards[self._slot(agent, "reward")],
                                dtype=torch.float32)
 
     def infos(self) -> dict:
@@ -125,7 +126,7 @@ class BatchedCoryEnv(QuerySource):
 
     def turn(self, agent: str) -> dict:
         """The agent's finished turn: prompt+response ids (B,L), mask, and response_mask (B,T)."""
-        slot, ep = self.agents.index(agent), self.episodes
+        slot, ep = self._slot(agent, "turn"), self.episodes
         if not (ep.finished or slot < ep.turn):
             raise RuntimeError(f"{agent}'s turn is not over yet")
         mask = self._tensor(ep.mask[slot]).long()
@@ -149,6 +150,16 @@ class BatchedCoryEnv(QuerySource):
         """Restore what rng_state() returned."""
         self._rng.bit_generator.state = state["rng"]
         self.swap_roles = state["swap_roles"]
+
+    def _slot(self, agent: str | None, what: str) -> int | None:
+        """The agent's slot in the current order, or a clear error (before reset / unknown)."""
+        if not hasattr(self, "agents"):
+            raise RuntimeError(f"reset() needs to be called before {what}")
+        if agent is None:
+            return None
+        if agent not in self.agents:
+            raise ValueError(f"unknown agent {agent!r}; agents: {self.agents}")
+        return self.agents.index(agent)
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.array(array)).to(self.device)

@@ -158,7 +158,8 @@ def test_a_checkpoint_refuses_a_run_with_other_settings(toy_lm, tmp_path):
     with pytest.raises(ValueError, match=r"t_rex: saved 5, now 3"):
         Trainer(bad).load(path)
     longer = Trainer(config(toy_lm, iterations=9))  # more iterations: the same run, longer
-    longer.load(path)
+    with pytest.warns(RuntimeWarning, match="iterations: saved 4, now 9"):
+        longer.load(path)
     assert longer.iteration == 1
 
 
@@ -250,6 +251,12 @@ def test_bad_env_inputs_get_clear_errors(toy_task):
         env.reset(options={"queries": [0, 1]})
     with pytest.raises(ValueError, match="query True is not a Query or an index"):
         env.reset(options={"queries": [True, 0, 1, 2]})
+    fresh = cory_env.BatchedCoryEnv(batch_size=2, task="toy")
+    with pytest.raises(RuntimeError, match=r"reset\(\) needs to be called before step"):
+        fresh.step(torch.tensor([1, 2]))
+    env.reset()
+    with pytest.raises(ValueError, match="unknown agent 'llm_9'; agents:"):
+        env.turn("llm_9")
     raw = cory_env.raw_env(task="toy")
     with pytest.raises(AssertionError, match=r"reset\(\) needs to be called before step"):
         raw.step(1)
