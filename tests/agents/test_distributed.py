@@ -293,14 +293,20 @@ def fsdp_rank(model, out) -> None:
 
 # ----------------------------------------------------------------------------- tests
 
-def test_two_cpu_ranks_share_weights_and_split_the_data(toy_lm, tmp_path):
+def launch(model, out, *flags, timeout: int = 240) -> None:
+    """Run this file as the worker on 2 CPU ranks under torchrun; fail with their errors."""
     path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-           "2", os.path.abspath(__file__), "--model", toy_lm, "--out", str(tmp_path)]
-    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=180)
+           "2", os.path.abspath(__file__), "--model", model, "--out", str(out), *flags]
+    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + "\n".join(
         line for line in proc.stderr.splitlines() if "Error" in line or "error" in line)[-6000:]
+
+
+def test_two_cpu_ranks_share_weights_and_split_the_data(toy_lm, tmp_path):
+    launch(toy_lm, tmp_path, timeout=180)
     r0, r1 = (json.load(open(tmp_path / f"cory{r}.json")) for r in (0, 1))
     assert r0["world_size"] == r1["world_size"] == 2
     # identical weights on both ranks after every iteration, and the updates did move them
@@ -341,13 +347,7 @@ def test_two_cpu_ranks_share_weights_and_split_the_data(toy_lm, tmp_path):
 
 def test_multi_rank_statistics_gradients_and_resume(toy_lm, tmp_path):
     """Two ranks: gradients, KL control, score statistics, REINFORCE's baseline, resume."""
-    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-           "2", os.path.abspath(__file__), "--model", toy_lm, "--out", str(tmp_path), "--checks"]
-    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stdout[-3000:] + "\n".join(
-        line for line in proc.stderr.splitlines() if "Error" in line or "error" in line)[-6000:]
+    launch(toy_lm, tmp_path, "--checks", timeout=240)
     r0, r1 = (json.load(open(tmp_path / f"checks{r}.json")) for r in (0, 1))
     # DDP's gradient is the global batch's (a missing all-reduce, a double average or
     # accelerate's extra division by its accumulation steps would each change it)
@@ -412,13 +412,7 @@ def _tensors(obj, prefix=""):
 
 
 def test_fsdp_matches_ddp_shards_the_weights_and_resumes_exactly(toy_lm, tmp_path):
-    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-           "2", os.path.abspath(__file__), "--model", toy_lm, "--out", str(tmp_path), "--fsdp"]
-    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stdout[-3000:] + "\n".join(
-        line for line in proc.stderr.splitlines() if "Error" in line or "error" in line)[-6000:]
+    launch(toy_lm, tmp_path, "--fsdp", timeout=240)
     r0, r1 = (json.load(open(tmp_path / f"fsdp{r}.json")) for r in (0, 1))
     # each rank holds half of every sharded weight (dim 0 split over 2 ranks)
     assert r0["shard_rows"] == r1["shard_rows"] and r0["shard_rows"][0] * 2 == \
