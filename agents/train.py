@@ -108,7 +108,8 @@ class TrainConfig:
                                          math.isfinite(self.eta) and self.eta >= 0):
             raise ValueError(f"eta must be None or a finite number >= 0, got {self.eta!r}")
         default = TrainConfig.__dataclass_fields__["ppo"].default_factory()
-        if dataclasses.replace(self.ppo, batch_size=default.batch_size) == default:
+        if all(getattr(self.ppo, f.name) == getattr(default, f.name)
+               for f in dataclasses.fields(PPOConfig) if f.name != "batch_size"):
             mini_batch_follows(self)  # the PPO settings were not given: fit the batch
         if self.ppo.batch_size != self.batch_size:
             self.ppo = dataclasses.replace(self.ppo, batch_size=self.batch_size)
