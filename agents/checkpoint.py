@@ -8,6 +8,7 @@ states. Writes are atomic: a checkpoint is either whole or absent.
 
 from __future__ import annotations
 
+import os
 import random
 import warnings
 
@@ -74,7 +75,7 @@ def trainer_state(trainer) -> dict:
 
 
 def run_config(cfg) -> dict[str, object]:
-    """A TrainConfig as {"ppo.lr": value, ...}: what a checkpoint records of its run."""
+    """A config dataclass as {"ppo.lr": value, ...}: what a checkpoint records of its run."""
     from .cli import flatten
 
     out = {}
@@ -84,14 +85,16 @@ def run_config(cfg) -> dict[str, object]:
     return out
 
 
-def config_differences(saved: dict, now: dict) -> tuple[list[str], list[str]]:
-    """(refused, allowed): 'field: saved X, now Y' for each setting that differs."""
-    refused, allowed = [], []
+def config_differences(saved: dict, now: dict, allowed=RESUMABLE_CHANGES, label: str = "now"
+                       ) -> tuple[list[str], list[str]]:
+    """(refused, allowed): 'field: saved X, now Y' for each setting of two `run_config`s that
+    differs; a field whose first part is in `allowed` may differ."""
+    refused, may_differ = [], []
     for key in sorted(set(saved) | set(now)):
         if saved.get(key) != now.get(key):
-            line = f"{key}: saved {saved.get(key)!r}, now {now.get(key)!r}"
-            (allowed if key.split(".")[0] in RESUMABLE_CHANGES else refused).append(line)
-    return refused, allowed
+            line = f"{key}: saved {saved.get(key)!r}, {label} {now.get(key)!r}"
+            (may_differ if key.split(".")[0] in allowed else refused).append(line)
+    return refused, may_differ
 
 
 def load_trainer_state(trainer, state: dict, where: str = "checkpoint") -> None:
@@ -144,8 +147,6 @@ def save_checkpoint(trainer, path: str) -> None:
 
 def read_checkpoint(path: str) -> dict:
     """torch.load a checkpoint, naming the file in every error."""
-    import os
-
     if not os.path.isfile(path):
         raise FileNotFoundError(f"checkpoint {path}: no such file")
     try:

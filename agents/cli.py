@@ -239,7 +239,6 @@ def from_dict(cls, data: dict):
     return cls(**kwargs)
 
 
-
 def catalogue() -> str:
     """The registered methods, tasks and each task's options, for a CLI's --help."""
     from cory_env import registered_tasks, task_options

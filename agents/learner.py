@@ -34,6 +34,8 @@ from .ppo import (
     RunningMoments,
     kl_per_token,
     make_kl_controller,
+    masked_mean,
+    masked_var,
     ppo_update,
     prepare_advantages,
     scale_scores,
@@ -162,11 +164,11 @@ def joint_whiten(advantages: list[torch.Tensor], masks: list[torch.Tensor],
     (and, with `gather` = `comm.gather`, over every rank's)."""
     gather = gather or (lambda x: x)
     dev = advantages[0].device
-    flat = torch.cat([gather(a.to(dev))[gather(m.to(dev)) > 0]
-                      for a, m in zip(advantages, masks)])
-    mean, std = flat.mean(), flat.std() if flat.numel() > 1 else flat.new_ones(())
-    return [torch.where(m > 0, (a - mean.to(a.device)) / (std.to(a.device) + 1e-8),
-                        torch.zeros_like(a)) for a, m in zip(advantages, masks)]
+    x = torch.cat([gather(a.to(dev)).flatten() for a in advantages])
+    m = torch.cat([gather(m.to(dev)).flatten() for m in masks])
+    mean, var = masked_mean(x, m), masked_var(x, m)  # masked_whiten's statistics, pooled
+    return [torch.where(mk > 0, (a - mean.to(a.device)) * torch.rsqrt(var.to(a.device) + 1e-8),
+                        torch.zeros_like(a)) for a, mk in zip(advantages, masks)]
 
 
 class Learner:

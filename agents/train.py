@@ -113,10 +113,9 @@ class TrainConfig:
             mini_batch_follows(self)  # the PPO settings were not given: fit the batch
         if self.ppo.batch_size != self.batch_size:
             self.ppo = dataclasses.replace(self.ppo, batch_size=self.batch_size)
-        self.ppo.validate()
         self.sampling.validate()
         LearnerConfig(ppo=self.ppo, group_size=self.group_size, per_agent_norm=self.per_agent_norm,
-                      group_kl_in=self.group_kl_in).validate()
+                      group_kl_in=self.group_kl_in).validate()  # validates self.ppo too
         group = self.group_size or learner_class(self.method).group_size
         if self.batch_size % group:
             raise ValueError(f"batch_size={self.batch_size} must be divisible by the group size "

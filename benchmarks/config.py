@@ -20,10 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agents import cli
+from agents.checkpoint import config_differences, run_config
 from agents.learner import registered_learners
 from agents.train import TrainConfig, check_device, mini_batch_follows
 from cory_env import registered_tasks
 from cory_env import task_options as cory_task_options
+from cory_env.files import looks_local
 from cory_env.plugins import load_plugins
 
 from .presets import PRESETS
@@ -166,7 +168,7 @@ def validate_config(cfg: BenchConfig) -> None:
     check_device("device", cfg.train.device, present=True)
     for task in cfg.tasks:
         model = cfg.model_for(task)
-        if model and model.startswith(("/", ".", "~")) and not Path(model).expanduser().exists():
+        if looks_local(model) and not Path(model).expanduser().exists():
             raise ValueError(f"model folder {model!r} (task {task}) does not exist")
     _check_task_options(cfg)
     for spec in run_specs(cfg):
@@ -272,9 +274,8 @@ def train_config(cfg: BenchConfig, spec: RunSpec) -> TrainConfig:
 
 def check_resume(cfg: BenchConfig, saved: BenchConfig) -> None:
     """Refuse to resume with settings other than the saved ones, naming each mismatch."""
-    now, before = cli.flatten(cfg), cli.flatten(saved)
-    diff = [f"{'.'.join(k)}: saved {before.get(k)!r}, given {now[k]!r}"
-            for k in now if now[k] != before.get(k)]
+    diff, _ = config_differences(run_config(saved), run_config(cfg), allowed=(),
+                                 label="given")
     if diff:
         raise ValueError("--resume with different settings than the run folder's "
                          "run_config.json: " + "; ".join(diff))

@@ -75,8 +75,9 @@ def remove_dir(path: str | os.PathLike) -> None:
 
 
 def looks_local(value) -> bool:
-    """Whether a model/data name is meant as a local path (absolute, ./, ../ or ~)."""
-    return isinstance(value, str) and value.startswith(("/", "./", "../", "~"))
+    """Whether a model/data name is meant as a local path (absolute, relative with a leading
+    dot, or ~); hub names never start with one of those."""
+    return isinstance(value, str) and value.startswith(("/", ".", "~"))
 
 
 def check_local_path(name: str, value) -> None:

@@ -1,6 +1,6 @@
 """Peak memory and time of one MAPPO step at the GSM8K preset's batch shape, scaled down.
 
-    python tools/perf/critic_memory.py [--model DIR]
+    python tools/perf/critic_memory.py [--models DIR]
 
 A 2-layer GPT-2 with Llama-2's 32,000-token vocabulary on the offline `arithmetic` task, batch
 32, mini-batch 2 x 16 accumulation, one PPO epoch, full KL: the vocabulary and the pass sizes
@@ -19,21 +19,12 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from gpu_check import Shape, build_model  # noqa: E402  (this folder's GPU-check kit)
 
-def build(out: Path) -> None:
-    """The scaled-down model with the arithmetic tokenizer padded to 32,000 tokens."""
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    from cory_env.data.tokenizer import task_tokenizer
-
-    tok = task_tokenizer("arithmetic")
-    tok.add_tokens([f"<pad{i}>" for i in range(32000 - len(tok))])
-    torch.manual_seed(0)
-    GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=32000,
-                               n_positions=512, eos_token_id=tok.eos_token_id,
-                               bos_token_id=tok.eos_token_id)).save_pretrained(out)
-    tok.save_pretrained(out)
+# the model of the measurement: vocabulary and pass sizes are what decide the critic's memory
+SHAPE = Shape("critic-memory", "arithmetic", "gpt2",
+              dict(n_layer=2, n_embd=64, n_head=2, vocab_size=32000, n_positions=512),
+              batch_size=32, mini_batch_size=2, grad_accum_steps=16, max_new_tokens=40)
 
 
 def main(argv=None) -> dict:
@@ -44,16 +35,15 @@ def main(argv=None) -> dict:
     from agents.train import TrainConfig, Trainer
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
-    p.add_argument("--model", default="runs/critic-memory-model")
+    p.add_argument("--models", default="runs/critic-memory",
+                   help="folder the model is built into (once)")
     args = p.parse_args(argv)
-    model = Path(args.model)
-    if not (model / "config.json").exists():
-        build(model)
+    model = build_model(SHAPE, Path(args.models))
     torch.set_num_threads(2)
-    ppo = PPOConfig(batch_size=32, mini_batch_size=2, grad_accum_steps=16, ppo_epochs=1,
-                    kl_penalty="full")
-    trainer = Trainer(TrainConfig(task="arithmetic", method="mappo", model=str(model),
-                                  batch_size=32, ppo=ppo, iterations=1))
+    ppo = PPOConfig(batch_size=SHAPE.batch_size, mini_batch_size=SHAPE.mini_batch_size,
+                    grad_accum_steps=SHAPE.grad_accum_steps, ppo_epochs=1, kl_penalty="full")
+    trainer = Trainer(TrainConfig(task=SHAPE.task, method="mappo", model=str(model),
+                                  batch_size=SHAPE.batch_size, ppo=ppo, iterations=1))
     learner, seconds = trainer.learner, {}
     update_critic = learner.update_critic
 
