@@ -186,6 +186,7 @@ class Learner:
     role_exchange = False  # swap pioneer and observer every t_rex iterations
     needs_critic = False  # True: the Trainer builds a separate critic model (`critic=`)
     group_size = 1  # answers per query it asks for when cfg.group_size is None
+    batch_multiplier = 1  # episodes per iteration = this x TrainConfig.batch_size
     saved_state: tuple[str, ...] = ()  # attributes of its own that a checkpoint must keep
 
     def __init__(self, policies: dict, cfg: LearnerConfig, seed: int = 0,
@@ -193,9 +194,15 @@ class Learner:
         self.cfg = cfg.validate()
         self.comm = comm or Comm()
         self.policies = dict(policies)  # the rollout's policies (never wrapped)
-        self.agents = {name: PPOAgent(p, self.agent_config(name), cfg.sampling, self.comm)
+        self.seed = seed
+        self.agents = {name: PPOAgent(p, self.agent_config(name), self.sampling, self.comm)
                        for name, p in policies.items()}
         self.generator = torch.Generator().manual_seed(seed)
+
+    @property
+    def sampling(self) -> SamplingConfig:
+        """How this learner's rollouts draw tokens (cfg.sampling by default)."""
+        return self.cfg.sampling
 
     def agent_config(self, agent: str) -> PPOConfig:
         """The PPO settings of one agent (all share cfg.ppo by default)."""
@@ -205,6 +212,9 @@ class Learner:
         """Env keywords this learner needs (structure flags of CORY)."""
         return {"knowledge_transfer": self.knowledge_transfer, "reward_mode": self.reward_mode,
                 "single_agent": self.n_agents == 1}
+
+    def attach(self, env) -> None:
+        """Called once with the env this learner trains on; nothing by default."""
 
     @property
     def group(self) -> int:

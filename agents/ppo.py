@@ -73,6 +73,8 @@ class PPOConfig:
                                                             flag="adaptive-kl"))
     kl_target: float = field(default=6.0, metadata=meta("adaptive KL target (nats)"))
     kl_horizon: float = field(default=10000, metadata=meta("adaptive KL horizon (samples)"))
+    scale_kl_horizon: bool = field(default=False, metadata=meta(
+        "use kl_horizon x batch_size / 256: the paper's beta step per iteration at any batch"))
     kl_penalty: str = field(default="kl", metadata=meta("kl | abs | mse | full"))
     kl_in: str = field(default="reward", metadata=meta("where the KL acts: reward | loss"))
     kl_loss_estimator: str = field(default="k3", metadata=meta("k1 | k2 | k3 (kl_in=loss)"))
@@ -95,6 +97,11 @@ class PPOConfig:
 
     def __post_init__(self) -> None:
         self.validate()
+
+    @property
+    def effective_kl_horizon(self) -> float:
+        """The adaptive controller's horizon: kl_horizon, scaled to the batch if asked."""
+        return self.kl_horizon * (self.batch_size / 256 if self.scale_kl_horizon else 1.0)
 
     @property
     def backward_batch_size(self) -> int:

@@ -59,7 +59,7 @@ class FixedKLController:
 def make_kl_controller(cfg: PPOConfig) -> AdaptiveKLController | FixedKLController:
     """The controller cfg asks for (adaptive if cfg.adap_kl_ctrl)."""
     if cfg.adap_kl_ctrl:
-        return AdaptiveKLController(cfg.init_kl_coef, cfg.kl_target, cfg.kl_horizon)
+        return AdaptiveKLController(cfg.init_kl_coef, cfg.kl_target, cfg.effective_kl_horizon)
     return FixedKLController(cfg.init_kl_coef)
 
 

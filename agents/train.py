@@ -70,8 +70,10 @@ class TrainConfig:
     task_options: dict = field(default_factory=dict, metadata=meta("task keywords k=v,..."))
     # The offline default, as the benchmark trains: the paper's IMDB PPO table but lr 1e-4
     # (20 x 32 episodes are ~40x fewer samples than its 100 x 256) and one 32-row mini-batch.
+    # The KL horizon scales with the batch (10000 x 32 / 256 here), so beta adapts per
+    # iteration as fast as in the paper's batch-256 runs (`scale_kl_horizon=False`: raw).
     ppo: PPOConfig = field(default_factory=lambda: PPOConfig(
-        lr=1e-4, batch_size=32, mini_batch_size=32, kl_penalty="full"))
+        lr=1e-4, batch_size=32, mini_batch_size=32, kl_penalty="full", scale_kl_horizon=True))
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
 
     def validate(self) -> TrainConfig:
@@ -144,6 +146,14 @@ def mini_batch_follows(cfg: TrainConfig) -> TrainConfig:
     cfg.ppo = dataclasses.replace(ppo, batch_size=b, mini_batch_size=b // accum,
                                   grad_accum_steps=accum)
     return cfg
+
+
+def more_samples(cfg: TrainConfig, k: int) -> TrainConfig:
+    """cfg with k times the episodes per iteration and as many optimizer steps (each step's
+    batch grows k-fold through gradient accumulation, so a pass holds as many rows)."""
+    ppo = dataclasses.replace(cfg.ppo, batch_size=cfg.batch_size * k,
+                              grad_accum_steps=cfg.ppo.grad_accum_steps * k)
+    return dataclasses.replace(cfg, batch_size=cfg.batch_size * k, ppo=ppo)
 
 
 def check_device(name: str, dev, present: bool = False) -> None:
@@ -252,6 +262,8 @@ class Trainer:
         for agent, dev in cfg.placement.items():
             check_device(f"placement[{agent!r}]", dev, present=True)
         self.learner_cls = learner_class(cfg.method)
+        if self.learner_cls.batch_multiplier > 1:
+            self.cfg = cfg = more_samples(cfg, self.learner_cls.batch_multiplier)
         lcfg = LearnerConfig(ppo=cfg.ppo, sampling=cfg.sampling, t_rex=cfg.t_rex, eta=cfg.eta,
                              group_size=cfg.group_size, per_agent_norm=cfg.per_agent_norm,
                              group_kl_in=cfg.group_kl_in)
@@ -265,6 +277,7 @@ class Trainer:
                                   tokenizer=tokenizer, max_new_tokens=cfg.max_new_tokens,
                                   seed=cfg.seed, **self.learner.env_settings(),
                                   **(env_options or {}))
+        self.learner.attach(self.env)
         vocab = len(self.env.tokenizer)
         for name, policy in {**policies, **extra}.items():
             if policy.vocab_size < vocab:
@@ -304,7 +317,7 @@ class Trainer:
         if self.query_sampler is not None:
             options = {**options, "queries": self.query_sampler(self.iteration)}
         with oom_guard(self.cfg, "rollout"), self.rollout_context():
-            turns = rollout(self.env, self.learner.policies, self.cfg.sampling,
+            turns = rollout(self.env, self.learner.policies, self.learner.sampling,
                             self.learner.generator, reset_options=options)
         t1 = time.perf_counter()
         with oom_guard(self.cfg, "update"):

@@ -1,19 +1,25 @@
-"""Test-split evaluation of exact-match tasks: pass@1, pass@k and greedy accuracy.
+"""Every model answering alone on held-out queries: task reward, ΣKL and combined reward.
 
-    records = evaluate_models(trainer, cfg, spec)    # one record per model of the trainer
+    records = evaluate_alone(trainer, cfg, spec, roles)   # one record per model
 
-Sampling uses its own generator and leaves the training randomness untouched.
+Each model of a method answers the test split alone (the single-agent prompt, as PPO's model
+does), through the training rollout (`agents.rollout.rollout`), so its summed full KL to the
+frozen reference is the one training reports. The queries and the sampler seed are the same at
+every evaluation point and for every method of a seed (paired comparisons); sampling uses its
+own generator and leaves the training randomness untouched. Exact-match tasks answer each of
+`eval_problems` problems `eval_samples` times, which gives pass@1 and pass@k too (and greedy
+accuracy at the final point).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import torch
 
-from agents.rollout import play_turn
-from agents.sampling import SamplingConfig
+from agents.rollout import rollout
 from agents.train import Trainer
 from cory_env import BatchedCoryEnv
 
@@ -21,62 +27,88 @@ from .config import BenchConfig, RunSpec
 from .records import pass_at_k
 
 EVAL_TASKS = ("arithmetic", "gsm8k")  # exact-match rewards: reward 1 = solved
+EVAL_SEED = 10_000  # + the run's seed: the alone-evaluation's sampler
+
+
+def eval_every(cfg: BenchConfig) -> int:
+    """Iterations between alone-evaluations (`cfg.eval_every`, else iterations / 5)."""
+    return cfg.eval_every or max(1, cfg.train.iterations // 5)
+
+
+def evaluation_due(cfg: BenchConfig, iteration: int) -> bool:
+    """Whether the models are evaluated alone after `iteration` updates (0: before any)."""
+    return iteration % eval_every(cfg) == 0 or iteration == cfg.train.iterations
+
+
+def combined_eta(trainer: Trainer) -> float:
+    """The fixed η of r − η·ΣKL: the run's fixed KL weight, else its initial coefficient."""
+    cfg = trainer.cfg
+    return float(cfg.eta if cfg.eta is not None else cfg.ppo.init_kl_coef)
 
 
 @torch.inference_mode()
-def sample_rewards(env: BatchedCoryEnv, policy, sampling: SamplingConfig,
-                   generator: torch.Generator, queries: list[int]) -> np.ndarray:
-    """One answer per query index from a policy alone (single-agent env); their task rewards.
+def answer_alone(env: BatchedCoryEnv, policy, sampling, generator: torch.Generator,
+                 queries: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Task rewards and summed full KLs of one answer per query index (single-agent env),
+    `env.batch_size` episodes at a time (the last batch padded with its last query)."""
+    rewards, kls = [], []
+    for i in range(0, len(queries), env.batch_size):
+        chunk = queries[i:i + env.batch_size]
+        padded = chunk + [chunk[-1]] * (env.batch_size - len(chunk))
+        turn = rollout(env, {env.possible_agents[0]: policy}, sampling, generator,
+                       reset_options={"queries": padded})[env.possible_agents[0]]
+        rewards.append(turn.task_reward.cpu().numpy()[:len(chunk)])
+        kls.append(turn.full_kl.sum(1).cpu().numpy()[:len(chunk)])
+    return np.concatenate(rewards), np.concatenate(kls)
 
-    A list shorter than the env's batch is padded with its last query (answers dropped)."""
-    n = len(queries)
-    env.reset(options={"queries": list(queries) + [queries[-1]] * (env.batch_size - n)})
-    play_turn(env, policy, sampling, generator)
-    return env.infos()[env.agents[0]]["task_reward"].numpy()[:n]
+
+def _se(x: np.ndarray) -> float:
+    """Standard error of a mean."""
+    return float(x.std(ddof=1) / math.sqrt(len(x))) if len(x) > 1 else float("nan")
 
 
-def evaluate_policy(policy, trainer: Trainer, cfg: BenchConfig, seed: int) -> dict:
-    """pass@1, pass@k (n samples per problem) and greedy accuracy on the test split."""
+def evaluate_policy(policy, trainer: Trainer, cfg: BenchConfig, seed: int,
+                    final: bool = False) -> dict:
+    """One model alone on the test split: reward, ΣKL, combined reward (± standard errors);
+    exact-match tasks add pass@1 and pass@k (and greedy accuracy when `final`)."""
     env = BatchedCoryEnv(batch_size=cfg.eval_batch_size, task=trainer.env.task,
                          tokenizer=trainer.env.tokenizer, max_new_tokens=trainer.env.max_new_tokens,
                          split="test", single_agent=True, seed=seed)
-    problems = list(range(min(cfg.eval_problems, len(env.task.queries("test")))))
-    n, k = cfg.eval_samples, cfg.pass_k
-    generator = torch.Generator(device=policy.device).manual_seed(seed)
-    sampled = _rewards(env, policy, trainer.cfg.sampling, generator,
-                       [p for p in problems for _ in range(n)], cfg.eval_batch_size)
-    greedy_cfg = dataclasses.replace(trainer.cfg.sampling, top_k=1)
-    greedy = _rewards(env, policy, greedy_cfg, generator, problems, cfg.eval_batch_size)
-    correct = (sampled.reshape(len(problems), n) > 0.5).sum(1)
-    return {"n_problems": len(problems), "n_samples": n, "k": k,
-            "pass@1": float(np.mean([pass_at_k(n, int(c), 1) for c in correct])),
-            "pass@k": float(np.mean([pass_at_k(n, int(c), k) for c in correct])),
-            "greedy": float(np.mean(greedy > 0.5))}
-
-
-def _rewards(env, policy, sampling, generator, queries: list[int], chunk: int) -> np.ndarray:
-    """sample_rewards over any number of queries, `chunk` episodes at a time."""
-    parts = [sample_rewards(env, policy, sampling, generator, queries[i:i + chunk])
-             for i in range(0, len(queries), chunk)]
-    return np.concatenate(parts) if parts else np.zeros(0)
-
-
-def evaluate_models(trainer: Trainer, cfg: BenchConfig, spec: RunSpec,
-                    base: bool = False) -> list[dict]:
-    """Evaluation records of every model of a trainer (or its untrained llm_0 as "base")."""
-    policies = trainer.learner.policies
-    chosen = {"base": policies["llm_0"]} if base else dict(sorted(policies.items()))
-    ids = {**spec.ids(), "method": "base", "sweep_eta": None, "run": spec.base_key} \
-        if base else spec.ids()
-    out = []
-    with torch.random.fork_rng(devices=[]):  # evaluation never touches training randomness
-        for name, policy in chosen.items():
-            out.append({**ids, "model": name, **evaluate_policy(policy, trainer, cfg,
-                                                                spec.seed)})
+    pool = len(env.task.queries("test"))
+    exact = trainer.env.task.name in EVAL_TASKS
+    n = cfg.eval_samples if exact else 1
+    problems = list(range(min(cfg.eval_problems if exact else cfg.alone_queries, pool)))
+    generator = torch.Generator(device=policy.device).manual_seed(EVAL_SEED + seed)
+    sampling = trainer.cfg.sampling  # the shared setting, the same for every method
+    reward, kl = answer_alone(env, policy, sampling, generator, [p for p in problems
+                                                                 for _ in range(n)])
+    eta = combined_eta(trainer)
+    combined = reward - eta * kl
+    out = {"n_queries": len(problems), "n_samples": n,
+           "task_reward": float(reward.mean()), "task_reward_se": _se(reward),
+           "kl": float(kl.mean()), "kl_se": _se(kl), "eta": eta,
+           "combined_reward": float(combined.mean()), "combined_reward_se": _se(combined)}
+    if exact:
+        k = cfg.pass_k
+        correct = (reward.reshape(len(problems), n) > 0.5).sum(1)
+        out.update({"k": k, "pass@1": float(np.mean([pass_at_k(n, int(c), 1) for c in correct])),
+                    "pass@k": float(np.mean([pass_at_k(n, int(c), k) for c in correct]))})
+        if final:
+            greedy = dataclasses.replace(sampling, top_k=1)
+            solved, _ = answer_alone(env, policy, greedy, generator, problems)
+            out["greedy"] = float(np.mean(solved > 0.5))
     return out
 
 
-def wants_eval(cfg: BenchConfig, task: str) -> bool:
-    """Whether a task gets the test-split pass@k evaluation."""
-    return cfg.eval_problems > 0 and task in EVAL_TASKS
-
+def evaluate_alone(trainer: Trainer, cfg: BenchConfig, spec: RunSpec,
+                   roles: dict | None = None, final: bool = False) -> list[dict]:
+    """Alone-evaluation records of every model of a trainer at its current iteration
+    (`roles`: the role each model held in the last training iteration)."""
+    roles = roles or {}
+    out = []
+    with torch.random.fork_rng(devices=[]):  # evaluation never touches training randomness
+        for name, policy in sorted(trainer.learner.policies.items()):
+            out.append({**spec.ids(), "iteration": trainer.iteration, "model": name,
+                        "role": roles.get(name), "final": final,
+                        **evaluate_policy(policy, trainer, cfg, spec.seed, final)})
+    return out

@@ -39,8 +39,9 @@ def imdb(model: str, methods: list[str]) -> dict:
                 ppo_epochs=p.ppo_epochs, lr=p.lr, init_kl_coef=p.init_kl_coef,
                 adaptive_kl=p.adap_kl_ctrl, kl_target=p.kl_target, kl_penalty=p.kl_penalty,
                 max_new_tokens=16, repetition_penalty=1.1, model=model, device="cuda",
-                task_options={"reward_model": "lvwerra/distilbert-imdb"}, eval_problems=0,
-                threads=0, checkpoint_every=10)  # a GPT-2-Large pair + Adam: ~19 GB a save
+                task_options={"reward_model": "lvwerra/distilbert-imdb"}, alone_queries=256,
+                eval_every=10, threads=0,
+                checkpoint_every=10)  # a GPT-2-Large pair + Adam: ~19 GB a save
 
 
 def gsm8k() -> dict:
@@ -52,13 +53,21 @@ def gsm8k() -> dict:
                 lr=cory.lr, lr_by_method={"ppo": ppo.lr}, init_kl_coef=cory.init_kl_coef,
                 adaptive_kl=cory.adap_kl_ctrl, kl_penalty=cory.kl_penalty,
                 model="meta-llama/Llama-2-7b-chat-hf", lora=True, load_in_4bit=True,
-                device="cuda", threads=0, eval_problems=1319, eval_samples=8, pass_k=4,
-                eval_batch_size=32)
+                device="cuda", threads=0, eval_problems=256, eval_samples=4, pass_k=4,
+                eval_batch_size=32, eval_every=10)  # 1319 x 8 per point would dwarf training
 
+
+# The offline study: long enough for the claims to be decidable on 2 CPU cores (docs/fidelity.md):
+# PPO and CORY, the arms that separate the confounds, and the paper's two ablations.
+STUDY = dict(tasks=["sentiment"], seeds=[0, 1, 2], iterations=40, eval_every=4,
+             alone_queries=128, methods=["ppo", "cory", "cory-official", "ppo-2x",
+                                         "ppo-sampled-kl", "cory-sampled-kl", "cory-no-kt",
+                                         "cory-no-re"])
 
 # name -> settings over the offline defaults (the "offline" preset is the defaults).
 PRESETS: dict[str, dict] = {
     "offline": {},
+    "study": STUDY,
     "quick": {"quick": True},
     "imdb": imdb("gpt2-large", ["ppo", "cory"]),
     "imdb-xl": imdb("gpt2-xl", ["ppo"]),  # the paper's size ablation for single PPO

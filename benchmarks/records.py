@@ -1,13 +1,14 @@
 """A benchmark run's records as numbers: lookups, per-seed curves, finals, mean ± std.
 
-Everything here reads plain records (the rows of ``metrics.jsonl`` and ``eval.jsonl``) and
+Everything here reads plain records (the rows of ``metrics.jsonl`` and ``alone.jsonl``) and
 never touches a model. Conventions (printed in the report too):
 
 * A **final** value is the mean of the last ``window`` iterations of one seed's curve; tables
   show mean ± std over seeds (sample std, ddof=1; 0 for a single seed).
-* A two-agent method's **stand-alone** numbers are those of its *pioneer* at each iteration
-  (the model answering alone, as single PPO does); its models are also shown one by one
+* In-training numbers are per role; a two-agent method's models are also shown one by one
   (LLM1 = ``llm_0``, LLM2 = ``llm_1``, as in the paper's plots).
+* A method's **alone trajectory** of a seed is its models' alone-evaluation points
+  (``alone.jsonl``), averaged over its models at each point; the claims read these.
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ import math
 import os
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from agents.runlog import read_jsonl
+
+from .stats import smooth
 
 KNOWN_REWARD_RANGE = {"arithmetic": 1.0, "gsm8k": 1.0}  # exact-match rewards lie in [0, 1]
 
@@ -125,6 +128,32 @@ def copy_rate(pioneer_texts: Sequence[str], observer_texts: Sequence[str]) -> fl
     return same / len(pioneer_texts)
 
 
+@dataclass(frozen=True)
+class Trajectory:
+    """One seed's alone-evaluation points of a method (or model), in iteration order."""
+
+    iterations: np.ndarray
+    kl: np.ndarray
+    reward: np.ndarray
+    combined: np.ndarray
+
+    @classmethod
+    def of(cls, records: list[dict]) -> Trajectory:
+        """The points of alone records, averaged over models at each iteration."""
+        by_it: dict[int, list[dict]] = defaultdict(list)
+        for r in records:
+            by_it[int(r["iteration"])].append(r)
+        its = sorted(by_it)
+        mean = lambda f: np.array([np.mean([r[f] for r in by_it[i]]) for i in its])  # noqa: E731
+        return cls(np.array(its, dtype=np.float64), mean("kl"), mean("task_reward"),
+                   mean("combined_reward"))
+
+    def smoothed(self) -> Trajectory:
+        """The same points with kl, reward and combined reward smoothed (`stats.smooth`)."""
+        return replace(self, kl=smooth(self.kl), reward=smooth(self.reward),
+                       combined=smooth(self.combined))
+
+
 class RunData:
     """A run folder's records with the lookups the report needs."""
 
@@ -140,7 +169,7 @@ class RunData:
         config = {}
         if (folder / "run_config.json").exists():
             config = json.loads((folder / "run_config.json").read_text())
-        return cls(read_jsonl(folder / "metrics.jsonl"), read_jsonl(folder / "eval.jsonl"),
+        return cls(read_jsonl(folder / "metrics.jsonl"), read_jsonl(folder / "alone.jsonl"),
                    config)
 
     def tasks(self) -> list[str]:
@@ -163,21 +192,36 @@ class RunData:
         """True when the method trains two models."""
         return len(self.agents(task, method)) > 1
 
-    def standalone(self, task: str, method: str, eta) -> dict:
-        """Matching keywords for the model answering alone: PPO's only model, else the pioneer."""
-        base = {"task": task, "method": method, "sweep_eta": eta}
-        return {**base, "role": "pioneer"} if self.two_agent(task, method) else base
-
     def stat(self, field: str, **match) -> Stat:
         """Final-value mean ± std over seeds."""
         return final_stat(self.rows, field, self.window, **match)
 
-    def reward_range(self, task: str) -> float:
-        """The task's reward range: known for exact-match tasks, else the observed span."""
+    def trajectories(self, task: str, method: str, eta, model: str | None = None
+                     ) -> dict[int, Trajectory]:
+        """seed -> the method's alone trajectory (mean over its models, or one `model`)."""
+        match = {"task": task, "method": method, "sweep_eta": eta}
+        if model is not None:
+            match["model"] = model
+        rows = select(self.evals, **match)
+        return {s: Trajectory.of(select(rows, seed=s)) for s in ordered(r["seed"] for r in rows)}
+
+    def models(self, task: str, method: str, eta) -> list[str]:
+        """The method's models that were evaluated alone."""
+        return sorted(ordered(r["model"] for r in select(self.evals, task=task, method=method,
+                                                         sweep_eta=eta)))
+
+    def alone_reward_scale(self, task: str) -> float:
+        """The task's reward scale: known for exact-match tasks, else the span of the alone
+        rewards recorded on it (every method, seed and point)."""
         if task in KNOWN_REWARD_RANGE:
             return KNOWN_REWARD_RANGE[task]
-        values = [r["task_reward"] for r in select(self.rows, task=task)]
+        values = [r["task_reward"] for r in select(self.evals, task=task)]
         return float(max(values) - min(values)) if values else 0.0
+
+    def alone_eta(self, task: str) -> float:
+        """The η of the alone combined reward on a task (the records' own)."""
+        etas = ordered(r.get("eta") for r in select(self.evals, task=task))
+        return float(etas[0]) if etas and etas[0] is not None else float("nan")
 
     def series(self, task: str, method: str, eta) -> list[tuple[str, dict]]:
         """(label, match) of each model of a method, named as in the paper's plots."""

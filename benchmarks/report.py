@@ -22,7 +22,6 @@ from .config import SETTINGS
 from .records import RunData, curves, final_value, mean_curve, mean_std, ordered, select
 
 TABLE_FIELDS = ("task_reward", "kl", "combined_reward", "distinct_1", "distinct_2")
-PLOT_FIELDS = ("task_reward", "kl", "combined_reward")
 
 
 # ------------------------------------------------------------------------------- markdown
@@ -69,24 +68,48 @@ def audit_table(data: RunData, task: str, eta) -> list[str]:
             "copy rate (final) | copy rate (all iterations) |", "|---|---|---|---|---|", *lines]
 
 
+def alone_table(data: RunData, task: str, eta) -> list[str]:
+    """Every model answering alone: base and final task reward, ΣKL and combined reward."""
+    lines = ["| method | model | task reward | Σ KL (nats) | combined reward | "
+             "evaluation points |", "|---|---|---|---|---|---|"]
+    base = [t for m in data.methods(task, eta) for t in data.trajectories(task, m, eta).values()]
+    if not base:
+        return []
+    first = [(t.reward[0], t.kl[0], t.combined[0]) for t in base]
+    lines.append("| base | – | " + " | ".join(str(mean_std([f[i] for f in first]))
+                                               for i in range(3)) + " | iteration 0 |")
+    for method in data.methods(task, eta):
+        for model in data.models(task, method, eta):
+            trajs = data.trajectories(task, method, eta, model).values()
+            cells = [str(mean_std([getattr(t, f)[-1] for t in trajs]))
+                     for f in ("reward", "kl", "combined")]
+            n = min(len(t.iterations) for t in trajs)
+            lines.append(f"| {method} | {model} | " + " | ".join(cells) + f" | {n} |")
+    return lines
+
+
 def eval_table(data: RunData, task: str) -> list[str]:
-    """pass@1 / pass@k / greedy accuracy on the test split, mean ± std over seeds."""
-    evals = select(data.evals, task=task)
+    """Exact-match tasks: pass@1 / pass@k (and greedy) alone, base and final, over seeds."""
+    evals = [e for e in select(data.evals, task=task) if "pass@1" in e]
     if not evals:
         return []
     k = evals[0].get("k")
     lines = [f"| method | model | eta | pass@1 | pass@{k} | greedy | problems × samples |",
              "|---|---|---|---|---|---|---|"]
+    base = select(evals, iteration=0)
+    groups = [("base", "–", None, base)] if base else []
     for method in ordered(e["method"] for e in evals):
         for eta in ordered(e["sweep_eta"] for e in select(evals, method=method)):
             for model in ordered(e["model"] for e in select(evals, method=method, sweep_eta=eta)):
-                group = select(evals, method=method, sweep_eta=eta, model=model)
-                cells = [str(mean_std([e[f] for e in group])) for f in ("pass@1", "pass@k",
-                                                                        "greedy")]
-                size = f"{group[0]['n_problems']} × {group[0]['n_samples']}"
-                eta_s = "–" if eta is None else f"{eta:g}"
-                lines.append(f"| {method} | {model} | {eta_s} | " + " | ".join(cells)
-                             + f" | {size} |")
+                group = select(evals, method=method, sweep_eta=eta, model=model, final=True)
+                if group:
+                    groups.append((method, model, eta, group))
+    for method, model, eta, group in groups:
+        cells = [str(mean_std([e[f] for e in group if f in e]))
+                 for f in ("pass@1", "pass@k", "greedy")]
+        size = f"{group[0]['n_queries']} × {group[0]['n_samples']}"
+        eta_s = "–" if eta is None else f"{eta:g}"
+        lines.append(f"| {method} | {model} | {eta_s} | " + " | ".join(cells) + f" | {size} |")
     return lines
 
 
@@ -121,31 +144,45 @@ def settings_lines(config: dict) -> list[str]:
     return out
 
 
-def render(data: RunData, plots: dict[str, list[str]] | None = None) -> str:
-    """The whole markdown report."""
+CONVENTIONS = (
+    "**How to read it.** The claims and the main plots use the models *answering alone*: every "
+    "`eval_every` iterations each model of each method answers the same held-out queries alone "
+    "(the single-agent prompt), with a sampler seed of its own; a two-model method's trajectory "
+    "is the mean of its two models. Verdicts are *supported* or *contradicted* only when a 95% "
+    "interval over seeds (paired by seed) lies on one side of the claim's threshold, and "
+    "*inconclusive* otherwise, with the reason (`benchmarks/claims.py` and "
+    "`benchmarks/stats.py` state the rules; \"detectable\" is the effect 3 seeds like these "
+    "would find 80% of the time). In-training tables give the mean of the last "
+    "{window} iterations of each seed, mean ± std over seeds; their *pioneer*/*observer* rows "
+    "follow whichever model held that role.")
+
+
+def render(data: RunData, plots: dict[str, list[str]] | None = None,
+           preamble: list[str] | None = None) -> str:
+    """The whole markdown report (`preamble`: lines placed before any claim or table)."""
     plots = plots or {}
-    out = ["# CORY benchmark report", "",
-           f"Final values are the mean of the last {data.window} iterations of each seed, shown "
-           "as mean ± std over seeds. A two-agent method's models are LLM1 (`llm_0`) and LLM2 "
-           "(`llm_1`); its *pioneer*/*observer* rows follow whichever model held that role at "
-           "each iteration, and the claims use the pioneer (the model answering alone).", ""]
+    claims = all_claims(data)
+    out = ["# CORY benchmark report", "", *(preamble or []),
+           CONVENTIONS.format(window=data.window), "",
+           "## The paper's claims, checked on this run", "", *[c.line() for c in claims], ""]
     if data.config:
         out += ["## Settings (shared by all methods)", "", *settings_lines(data.config), ""]
     for task in data.tasks():
         for eta in data.etas(task):
             title = task if eta is None else f"{task}, η = {eta:g}"
-            out += [f"## {title}", "", *metrics_table(data, task, eta), ""]
+            out += [f"## {title}", "", "### Every model answering alone (final point)", "",
+                    *alone_table(data, task, eta), ""]
+            out += [f"![{p.split('/')[-1][:-4]}](<{p}>)" for p in plots.get(f"{task}|{eta}", [])]
+            out += ["", "### In training (final iterations)", "", *metrics_table(data, task, eta),
+                    ""]
             audit = audit_table(data, task, eta)
             if audit:
                 out += ["### Contribution audit", "", *audit, ""]
-            out += [f"![curves](<{p}>)" for p in plots.get(f"{task}|{eta}", [])] + [""]
             out += ["### Samples", "", *sample_lines(data, task, eta), ""]
         ev = eval_table(data, task)
         if ev:
-            out += [f"### Test-split evaluation [{task}]", "", *ev, ""]
+            out += [f"### Test-split pass@k, alone [{task}]", "", *ev, ""]
         out += [f"![pareto](<{p}>)" for p in plots.get(f"{task}|pareto", [])]
-    out += ["## The paper's claims, checked on this run", "",
-            *[c.line() for c in all_claims(data)], ""]
     return "\n".join(out)
 
 
@@ -160,51 +197,145 @@ def _pyplot():
     return plt
 
 
-def plot_curves(data: RunData, task: str, eta, path: str | os.PathLike) -> None:
-    """Task reward, KL and combined reward against iteration, mean ± std over seeds."""
-    plt = _pyplot()
-    fig, axes = plt.subplots(1, len(PLOT_FIELDS), figsize=(5 * len(PLOT_FIELDS), 3.8))
-    for method in data.methods(task, eta):
-        for label, match in data.series(task, method, eta):
-            for ax, field in zip(axes, PLOT_FIELDS):
-                mean, std = mean_curve(curves(data.rows, field, **match))
-                x = np.arange(len(mean))
-                (line,) = ax.plot(x, mean, label=label)
-                ax.fill_between(x, mean - std, mean + std, alpha=0.2, color=line.get_color())
-    for ax, field in zip(axes, PLOT_FIELDS):
-        ax.set_xlabel("iteration")
-        ax.set_title(field.replace("_", " "))
-    axes[0].legend(fontsize=8)
-    fig.suptitle(task if eta is None else f"{task}, η = {eta:g}")
+def _colors(methods: list[str]) -> dict[str, str]:
+    """One hue per method (its models share it)."""
+    palette = ["C0", "C3", "C2", "C1", "C4", "C5", "C6", "C7", "C8", "C9"]
+    return {m: palette[i % len(palette)] for i, m in enumerate(methods)}
+
+
+def exchanges(data: RunData, task: str, method: str, eta) -> list[int]:
+    """Iterations at which the method's models exchanged roles (the order flag changed)."""
+    flags = {}
+    for r in select(data.rows, task=task, method=method, sweep_eta=eta):
+        flags[r["iteration"]] = bool(r.get("swap_roles"))
+    its = sorted(flags)
+    return [i for prev, i in zip(its, its[1:]) if flags[i] != flags[prev]]
+
+
+def _finish(fig, axes, title: str, path) -> None:
+    """Integer iteration ticks, one legend outside the data, save."""
+    from matplotlib.ticker import MaxNLocator
+
+    for ax in axes:
+        if ax.get_xlabel() == "iteration":
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
+    fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=90, bbox_inches="tight")
+    import matplotlib.pyplot as plt
+
     plt.close(fig)
+
+
+def _mark_exchanges(data: RunData, task: str, eta, axes, colors) -> None:
+    """Dotted vertical lines at every role exchange, in the method's colour."""
+    for method in data.methods(task, eta):
+        for i, it in enumerate(exchanges(data, task, method, eta)):
+            for ax in axes:
+                ax.axvline(it, color=colors[method], ls=":", lw=0.8, alpha=0.6,
+                           label=f"{method} role exchange" if i == 0 and ax is axes[0] else None)
+
+
+def plot_alone(data: RunData, task: str, eta, path) -> None:
+    """Every model answering alone against iteration: task reward, ΣKL, combined reward."""
+    plt = _pyplot()
+    fields = [("reward", "task reward"), ("kl", "Σ_t KL (nats)"),
+              ("combined", f"r − η·ΣKL, η = {data.alone_eta(task):g}")]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
+    colors = _colors(data.methods(task, eta))
+    for method in data.methods(task, eta):
+        for j, model in enumerate(data.models(task, method, eta)):
+            trajs = list(data.trajectories(task, method, eta, model).values())
+            n = min(len(t.iterations) for t in trajs)
+            x = trajs[0].iterations[:n]
+            label = method if len(data.models(task, method, eta)) == 1 else f"{method} {model}"
+            for ax, (f, ylabel) in zip(axes, fields):
+                ys = np.array([getattr(t, f)[:n] for t in trajs])
+                mean = ys.mean(0)
+                std = ys.std(0, ddof=1) if len(ys) > 1 else np.zeros(n)
+                ax.plot(x, mean, color=colors[method], ls=("-", "--", "-.", ":")[j % 4],
+                        marker="o", ms=3, label=label)
+                ax.fill_between(x, mean - std, mean + std, color=colors[method], alpha=0.12)
+                ax.set_ylabel(ylabel)
+    for ax in axes:
+        ax.set_xlabel("iteration")
+    _mark_exchanges(data, task, eta, axes, colors)
+    title = f"{task}: every model answering alone (mean ± std over seeds)"
+    _finish(fig, axes, title if eta is None else f"{title}, η = {eta:g}", path)
+
+
+def plot_training(data: RunData, task: str, eta, path) -> None:
+    """In-training task reward, KL and combined reward per model, role exchanges marked."""
+    plt = _pyplot()
+    fields = [("task_reward", "task reward"), ("kl", "Σ_t KL (nats)"),
+              ("combined_reward", "r − β·ΣKL (current β)")]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
+    colors = _colors(data.methods(task, eta))
+    for method in data.methods(task, eta):
+        for j, (label, match) in enumerate(data.series(task, method, eta)):
+            for ax, (f, ylabel) in zip(axes, fields):
+                mean, std = mean_curve(curves(data.rows, f, **match))
+                x = np.arange(len(mean))
+                ax.plot(x, mean, color=colors[method], ls=("-", "--")[j % 2], label=label)
+                ax.fill_between(x, mean - std, mean + std, color=colors[method], alpha=0.12)
+                ax.set_ylabel(ylabel)
+    for ax in axes:
+        ax.set_xlabel("iteration")
+    _mark_exchanges(data, task, eta, axes, colors)
+    title = f"{task}: in training, per model (mean ± std over seeds)"
+    _finish(fig, axes, title if eta is None else f"{title}, η = {eta:g}", path)
+
+
+def plot_frontier(data: RunData, task: str, eta, path) -> None:
+    """Alone task reward against alone ΣKL, one line per method and model (mean over seeds,
+    iteration order; the first point is the base model)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    colors = _colors(data.methods(task, eta))
+    for method in data.methods(task, eta):
+        for j, model in enumerate(data.models(task, method, eta)):
+            trajs = list(data.trajectories(task, method, eta, model).values())
+            n = min(len(t.iterations) for t in trajs)
+            kl = np.mean([t.kl[:n] for t in trajs], 0)
+            rw = np.mean([t.reward[:n] for t in trajs], 0)
+            label = method if len(data.models(task, method, eta)) == 1 else f"{method} {model}"
+            ax.plot(kl, rw, color=colors[method], ls=("-", "--", "-.", ":")[j % 4], marker="o",
+                    ms=3, label=label)
+    ax.set_xlabel("Σ_t KL to the reference (nats), alone")
+    ax.set_ylabel("task reward, alone")
+    title = f"{task}: reward–KL frontier"
+    _finish(fig, [ax], title if eta is None else f"{title}, η = {eta:g}", path)
 
 
 def plot_pareto(data: RunData, task: str, path: str | os.PathLike) -> None:
-    """Final task reward against final KL, one point per (method, η) with ± std bars."""
+    """Final alone reward against final alone ΣKL per fixed η: each seed's point and the
+    mean over seeds, one line per method (η labels offset so they do not overlap)."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(5.5, 4))
-    etas = [e for e in data.etas(task) if e is not None]
-    for method in ordered(m for e in etas for m in data.methods(task, e)):
-        pts = []
-        for eta in sorted(etas):
-            if method not in data.methods(task, eta):
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    etas = sorted(e for e in data.etas(task) if e is not None)
+    methods = ordered(m for e in etas for m in data.methods(task, e))
+    colors = _colors(methods)
+    for mi, method in enumerate(methods):
+        means = []
+        for eta in etas:
+            finals = [(t.kl[-1], t.reward[-1]) for t in
+                      data.trajectories(task, method, eta).values()]
+            if not finals:
                 continue
-            match = data.standalone(task, method, eta)
-            pts.append((eta, data.stat("kl", **match), data.stat("task_reward", **match)))
-        xs, ys = [p[1].mean for p in pts], [p[2].mean for p in pts]
-        bars = ax.errorbar(xs, ys, xerr=[p[1].std for p in pts], yerr=[p[2].std for p in pts],
-                           marker="o", capsize=3, label=method)
-        for (eta, _, _), x, y in zip(pts, xs, ys):
-            ax.annotate(f"η={eta:g}", (x, y), fontsize=7, color=bars.lines[0].get_color())
-    ax.set_xlabel("final KL")
-    ax.set_ylabel("final task reward")
-    ax.set_title(f"{task}: reward vs KL over η")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+            ax.scatter(*zip(*finals), color=colors[method], s=10, alpha=0.4)
+            means.append((eta, *np.mean(finals, 0)))
+        if not means:
+            continue
+        ax.plot([m[1] for m in means], [m[2] for m in means], color=colors[method], marker="o",
+                label=method)
+        for eta, x, y in means:
+            ax.annotate(f"η={eta:g}", (x, y), xytext=(6, 8 * (mi - len(methods) / 2) + 3),
+                        textcoords="offset points", fontsize=7, color=colors[method])
+    ax.set_xlabel("final Σ_t KL (nats), alone")
+    ax.set_ylabel("final task reward, alone")
+    _finish(fig, [ax], f"{task}: final reward vs KL over fixed η (dots: seeds)", path)
 
 
 def write_plots(data: RunData, folder: str | os.PathLike) -> dict[str, list[str]]:
@@ -215,9 +346,14 @@ def write_plots(data: RunData, folder: str | os.PathLike) -> dict[str, list[str]
     for task in data.tasks():
         etas = data.etas(task)
         for eta in etas:
-            name = f"curves_{task}.png" if eta is None else f"curves_{task}_eta{eta:g}.png"
-            plot_curves(data, task, eta, folder / name)
-            made[f"{task}|{eta}"].append(f"plots/{name}")
+            tail = "" if eta is None else f"_eta{eta:g}"
+            plots = [(f"curves_{task}{tail}.png", plot_training)]
+            if any(data.trajectories(task, m, eta) for m in data.methods(task, eta)):
+                plots = [(f"alone_{task}{tail}.png", plot_alone),
+                         (f"frontier_{task}{tail}.png", plot_frontier), *plots]
+            for name, plot in plots:
+                plot(data, task, eta, folder / name)
+                made[f"{task}|{eta}"].append(f"plots/{name}")
         if len([e for e in etas if e is not None]) > 1:
             plot_pareto(data, task, folder / f"pareto_{task}.png")
             made[f"{task}|pareto"].append(f"plots/pareto_{task}.png")

@@ -28,8 +28,8 @@ from cory_env.files import atomic_write
 
 from . import report
 from .config import BenchConfig, RunSpec, check_resume, from_saved, run_specs, train_config
-from .evaluate import evaluate_models, wants_eval
-from .records import copy_rate
+from .evaluate import evaluate_alone, evaluation_due
+from .records import copy_rate, select
 
 FORMAT = 2
 ID_COLUMNS = ("task", "method", "seed", "sweep_eta", "run", "iteration", "agent", "role",
@@ -85,7 +85,7 @@ class RunFolder:
         self.path = Path(path)
         self.metrics = self.path / "metrics.jsonl"
         self.csv = self.path / "metrics.csv"
-        self.evals = self.path / "eval.jsonl"
+        self.evals = self.path / "alone.jsonl"
         self.config = self.path / "run_config.json"
 
     def ckpt(self, spec: RunSpec) -> Path:
@@ -143,13 +143,15 @@ class RunFolder:
             atomic_write(self.csv, text)
         return dropped
 
-    def has_eval(self, run: str) -> bool:
-        """Whether eval.jsonl holds a record of the given run key."""
-        return any(r.get("run") == run for r in read_jsonl(self.evals))
+    def has_eval(self, run: str, iteration: int) -> bool:
+        """Whether alone.jsonl holds the run's evaluation at that iteration."""
+        return any(r.get("run") == run and r.get("iteration") == iteration
+                   for r in read_jsonl(self.evals))
 
-    def drop_evals(self, run: str) -> None:
-        """Remove a run's evaluation records (before evaluating it again)."""
-        keep_jsonl(self.evals, lambda r: r.get("run") != run)
+    def truncate_evals(self, spec: RunSpec, iteration: int) -> int:
+        """Drop the run's evaluations after `iteration` (written after its checkpoint)."""
+        return keep_jsonl(self.evals, lambda r: not (
+            r.get("run") == spec.key and r.get("iteration", 0) > iteration))
 
     def add_evals(self, records: list[dict]) -> None:
         """Append evaluation records."""
@@ -167,17 +169,20 @@ def _csv_text(records: list[dict], header: bool = True) -> str:
 
 
 def try_evaluate(trainer: Trainer, cfg: BenchConfig, spec: RunSpec, folder: RunFolder,
-                 base: bool = False) -> list[dict]:
-    """evaluate_models, logging and skipping it when the test split can't be loaded (hub)."""
+                 roles: dict) -> None:
+    """Evaluate every model alone and record it, unless already recorded; logs and skips when
+    the test split can't be loaded (the hub)."""
+    if folder.has_eval(spec.key, trainer.iteration):
+        return
+    final = trainer.iteration == cfg.train.iterations
     try:
-        records = evaluate_models(trainer, cfg, spec, base)
+        records = evaluate_alone(trainer, cfg, spec, roles, final=final)
     except OSError as err:  # e.g. the GSM8K test split without hub access
-        folder.log(f"{spec.key}: evaluation skipped, test split unavailable: {err}")
-        return []
-    folder.log(f"{records[0]['run']}: evaluated " + ", ".join(
-        f"{r['model']} pass@1 {r['pass@1']:.3f} pass@{r['k']} {r['pass@k']:.3f}"
-        for r in records))
-    return records
+        folder.log(f"{spec.key}: alone-evaluation skipped, test split unavailable: {err}")
+        return
+    folder.add_evals(records)
+    folder.log(f"{spec.key} alone at iteration {trainer.iteration}: " + ", ".join(
+        f"{r['model']} reward {r['task_reward']:.3f} kl {r['kl']:.3f}" for r in records))
 
 
 # ------------------------------------------------------------------------------- progress
@@ -244,14 +249,17 @@ def run_one(cfg: BenchConfig, spec: RunSpec, folder: RunFolder, bar: Progress,
 
     trainer = Trainer(train_config(cfg, spec))
     audit_copy_rate(trainer.learner)
-    if wants_eval(cfg, spec.task) and not folder.has_eval(spec.base_key):
-        folder.add_evals(try_evaluate(trainer, cfg, spec, folder, base=True))
     if folder.ckpt(spec).exists():
         trainer.load(str(folder.ckpt(spec)))
         folder.log(f"{spec.key}: resumed from iteration {trainer.iteration}")
-    dropped = folder.truncate(spec, trainer.iteration)
+    dropped = folder.truncate(spec, trainer.iteration) \
+        + folder.truncate_evals(spec, trainer.iteration)
     if dropped:
         folder.log(f"{spec.key}: dropped {dropped} records written after the checkpoint")
+    roles = {r["agent"]: r["role"] for r in select(read_jsonl(folder.metrics), run=spec.key,
+                                                    iteration=trainer.iteration - 1)}
+    if evaluation_due(cfg, trainer.iteration):
+        try_evaluate(trainer, cfg, spec, folder, roles)
     bar.skip(trainer.iteration)
     tb = folder.path / "tb" / spec.key  # on resume, TensorBoard drops steps >= purge_step
     writer = SummaryWriter(str(tb), purge_step=trainer.iteration if tb.exists() else None)
@@ -262,6 +270,8 @@ def run_one(cfg: BenchConfig, spec: RunSpec, folder: RunFolder, bar: Progress,
                 return False
             records = flatten(trainer.step(), spec)
             folder.append(records)
+            if evaluation_due(cfg, trainer.iteration):
+                try_evaluate(trainer, cfg, spec, folder, {r["agent"]: r["role"] for r in records})
             scalars = {f"{r['agent']}/{name}": value for r in records
                        for name, value in numeric(r).items()}
             for name, value in scalars.items():
@@ -278,9 +288,6 @@ def run_one(cfg: BenchConfig, spec: RunSpec, folder: RunFolder, bar: Progress,
         writer.close()
         if wandb is not None:
             wandb.finish()
-    if wants_eval(cfg, spec.task):
-        folder.drop_evals(spec.key)
-        folder.add_evals(try_evaluate(trainer, cfg, spec, folder))
     folder.done_marker(spec).parent.mkdir(parents=True, exist_ok=True)
     folder.done_marker(spec).touch()
     folder.log(f"{spec.key}: finished")

@@ -30,7 +30,7 @@ from .core import OBSERVER, PIONEER, ROLES, Episodes
 from .tasks.base import Query
 
 AGENTS = ("llm_0", "llm_1")
-RESET_OPTIONS = ("swap_roles", "queries", "group_size")
+RESET_OPTIONS = ("swap_roles", "queries", "group_size", "max_new_tokens")
 
 
 def env(**config):
@@ -82,6 +82,10 @@ def parse_reset_options(options, warned: set) -> dict:
         g = options["group_size"]
         if isinstance(g, (bool, np.bool_)) or not isinstance(g, numbers.Integral) or g < 1:
             raise ValueError(f"group_size must be a positive integer, got {g!r}")
+    if "max_new_tokens" in options:
+        n = options["max_new_tokens"]
+        if isinstance(n, (bool, np.bool_)) or not isinstance(n, numbers.Integral) or n < 1:
+            raise ValueError(f"reset option max_new_tokens must be a positive integer, got {n!r}")
     return {k: options[k] for k in RESET_OPTIONS if k in options}
 
 
@@ -139,6 +143,7 @@ class QuerySource:
         else:
             index = [int(i) for i in self._rng.integers(len(pool), size=n // group)]
             queries = [pool[i] for i in index]
+        self.turn_cap = opts.get("max_new_tokens")  # this reset's answer length (None: T)
         self.query_indices = np.repeat(np.asarray(index, dtype=np.int64), group)
         self.group_size, self.pool_size = group, len(pool)
         return [q for q in queries for _ in range(group)]
@@ -191,7 +196,7 @@ class raw_env(QuerySource, AECEnv):
     # -- episode -----------------------------------------------------------------------------
     def reset(self, seed=None, options=None):
         """Start an episode on a sampled query (or `options["queries"][0]`)."""
-        self._ep.start(self._reset_queries(seed, options, n=1, limit=1))
+        self._ep.start(self._reset_queries(seed, options, n=1, limit=1), cap=self.turn_cap)
         order = role_order(self.swap_roles, self.config.single_agent)
         self._slot = {agent: slot for slot, agent in enumerate(order)}
         self.agents = list(order)

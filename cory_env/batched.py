@@ -67,13 +67,14 @@ class BatchedCoryEnv(QuerySource):
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> dict:
         """Start B episodes; options: "swap_roles" (bool), "queries" (Query objects/indices),
-        "group_size" (G: B / G queries, each answered G times in a row)."""
+        "group_size" (G: B / G queries, each answered G times in a row), "max_new_tokens"
+        (n <= T: every answer of this batch stops after n tokens, a length drawn per batch)."""
         queries = self._reset_queries(seed, options, n=self.batch_size)
         if len(queries) != self.batch_size:
             g = self.group_size
             raise ValueError(f"reset: {len(queries) // g} queries x group_size {g} = "
                              f"{len(queries)} episodes, but batch_size is {self.batch_size}")
-        self.episodes.start(queries)
+        self.episodes.start(queries, cap=self.turn_cap)
         self.agents = list(role_order(self.swap_roles, self.config.single_agent))
         return self.observe()
 

@@ -107,8 +107,13 @@ class Episodes:
         self.batch = 0
 
     # -- episode start --------------------------------------------------------------------
-    def start(self, queries: Sequence[Query]) -> None:
-        """Begin len(queries) new episodes at the pioneer's first token."""
+    def start(self, queries: Sequence[Query], cap: int | None = None) -> None:
+        """Begin len(queries) new episodes at the pioneer's first token; `cap` <= T ends every
+        turn after that many tokens (a truncation, no EOS added)."""
+        if cap is not None and not 1 <= cap <= self.T:
+            raise ValueError(f"max_new_tokens={cap} for this reset must be in [1, {self.T}] "
+                             f"(the env's max_new_tokens)")
+        self.cap = self.T if cap is None else int(cap)
         b = self.batch = len(queries)
         self.queries = list(queries)
         encoded = [self.task.query_ids(q, self.tokenizer) for q in queries]
@@ -165,7 +170,7 @@ class Episodes:
         else:
             all_done = self._append(slot, col, tokens)
         self.t += 1
-        if self.t < self.T and not all_done:
+        if self.t < self.cap and not all_done:
             return False
         self.texts[slot] = self.responses(slot)
         if slot == PIONEER and not self.single_agent:

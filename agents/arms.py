@@ -1,0 +1,84 @@
+"""Learners that separate the confounds of a PPO-vs-CORY comparison, one name per arm.
+
+* `cory-official`: CORY as the official IMDB code runs it: score scaling and normalisation,
+  initial KL coefficient 0.4 (adaptive runs), repetition penalty 1.1, and every batch's answer
+  length drawn once from [4, max_new_tokens - 1] (its `LengthSampler(4, 16)`);
+* `ppo-2x`: PPO with CORY's sample budget, twice the episodes per iteration (as many
+  optimizer steps, each on twice the rows);
+* `ppo-sampled-kl`, `cory-sampled-kl`: the sampled log-ratio as the KL reward instead of
+  whatever `kl_penalty` says (the paper's code uses the full KL, which gives no direct pull
+  back toward the reference).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from .cory import CORY
+from .learner import PPO, register_learner
+from .ppo import PPOConfig
+from .sampling import SamplingConfig
+
+OFFICIAL_MIN_TOKENS = 4  # the official code's LengthSampler(4, 16)
+
+
+def drawn_length(seed: int, iteration: int, max_new_tokens: int) -> int:
+    """The answer length of one batch: uniform on [4, T - 1] (T <= 4: T), from (seed, iteration)."""
+    low = min(OFFICIAL_MIN_TOKENS, max_new_tokens)
+    high = max(low, max_new_tokens - 1)
+    return int(np.random.default_rng([seed, iteration]).integers(low, high + 1))
+
+
+@register_learner("cory-official")
+class CORYOfficial(CORY):
+    """CORY with the official code's own settings (see the module docstring)."""
+
+    max_new_tokens: int | None = None  # the env's T, from `attach`
+
+    def attach(self, env) -> None:
+        """Remember the env's answer cap T (the drawn lengths stay below it)."""
+        self.max_new_tokens = env.max_new_tokens
+
+    def agent_config(self, agent: str) -> PPOConfig:
+        """Score scaling + normalisation; beta starts at 0.4 when it adapts."""
+        ppo = replace(self.cfg.ppo, use_score_scaling=True, use_score_norm=True)
+        return replace(ppo, init_kl_coef=0.4) if ppo.adap_kl_ctrl else ppo
+
+    @property
+    def sampling(self) -> SamplingConfig:
+        """The official code's repetition penalty 1.1."""
+        return replace(self.cfg.sampling, repetition_penalty=1.1)
+
+    def reset_options(self, iteration: int) -> dict:
+        """CORY's schedule plus one answer length per batch."""
+        out = super().reset_options(iteration)
+        if self.max_new_tokens is not None:
+            out["max_new_tokens"] = drawn_length(self.seed, iteration, self.max_new_tokens)
+        return out
+
+
+@register_learner("ppo-2x")
+class PPODoubleBatch(PPO):
+    """PPO with twice the episodes per iteration: CORY's sample budget."""
+
+    batch_multiplier = 2
+
+
+@register_learner("ppo-sampled-kl")
+class PPOSampledKL(PPO):
+    """PPO with the sampled log-ratio as the per-token KL reward."""
+
+    def agent_config(self, agent: str) -> PPOConfig:
+        """kl_penalty="kl"."""
+        return replace(self.cfg.ppo, kl_penalty="kl")
+
+
+@register_learner("cory-sampled-kl")
+class CORYSampledKL(CORY):
+    """CORY with the sampled log-ratio as the per-token KL reward."""
+
+    def agent_config(self, agent: str) -> PPOConfig:
+        """kl_penalty="kl"."""
+        return replace(self.cfg.ppo, kl_penalty="kl")
