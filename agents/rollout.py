@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
+import numpy as np
 import torch
 
 from cory_env import BatchedCoryEnv
@@ -118,6 +119,23 @@ def rollout(env: BatchedCoryEnv, policies: Mapping[str, object], sampling=None,
     infos = env.infos()
     return {agent: _with_rewards(parts, env.reward(agent), infos[agent])
             for agent, parts in partial.items()}
+
+
+@torch.inference_mode()
+def answer_alone(env: BatchedCoryEnv, policy, sampling, generator: torch.Generator,
+                 queries: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Task rewards and summed full KLs of one answer per query index (single-agent env),
+    `env.batch_size` episodes at a time (the last batch padded with its last query)."""
+    rewards, kls = [], []
+    agent = env.possible_agents[0]
+    for i in range(0, len(queries), env.batch_size):
+        chunk = queries[i:i + env.batch_size]
+        padded = chunk + [chunk[-1]] * (env.batch_size - len(chunk))
+        turn = rollout(env, {agent: policy}, sampling, generator,
+                       reset_options={"queries": padded})[agent]
+        rewards.append(turn.task_reward.cpu().numpy()[:len(chunk)])
+        kls.append(turn.full_kl.sum(1).cpu().numpy()[:len(chunk)])
+    return np.concatenate(rewards), np.concatenate(kls)
 
 
 def _with_rewards(parts: dict, reward, info) -> Turn:

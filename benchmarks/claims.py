@@ -13,7 +13,8 @@ falls.
 
 A verdict is *supported* or *contradicted* only when the 95% interval over seeds (paired by
 seed) lies on one side of the claim's threshold; otherwise, or with fewer than 3 seeds, fewer
-than 5 evaluation points, or a method whose reward did not rise above the base model's, it is
+than 5 evaluation points, or a method whose best (smoothed) alone reward is not above the base
+model's, it is
 *inconclusive*, with the reason.
 """
 
@@ -90,11 +91,11 @@ def gather(data: RunData, task: str, eta, methods: list[str]) -> Inputs:
     if points < MIN_POINTS:
         problems.append(f"too few evaluation points: {points} < {MIN_POINTS}")
     for m in methods:
-        gain = mean_interval([t.reward[-1] - t.reward[0] for t in out.per_seed(m)])
+        gain = mean_interval([t.reward.max() - t.reward[0] for t in out.per_seed(m)])
         out.gains[m] = gain
         if len(seeds) >= 2 and not gain.above(0):
-            problems.append(f"{m} did not learn: its alone reward gain over the base model is "
-                            f"{gain}")
+            problems.append(f"{m} did not learn: its best smoothed alone reward minus the base "
+                            f"model's is {gain}")
     out.problem = "; ".join(problems)
     return out
 
@@ -153,7 +154,7 @@ def claim_kl_at_reward(data: RunData, task: str, eta) -> Claim:
     inp = gather(data, task, eta, ["ppo", "cory"])
     iv, levels = matched_kl_ratio(inp.per_seed("ppo"), inp.per_seed("cory"))
     numbers = (f"KL_PPO / KL_CORY at rewards {_levels(levels)} (25-100% of the range both "
-               f"reached above the base): {_ratio(iv)}; threshold {KL_RATIO}×. Gains over the "
+               f"reached above the base): {_ratio(iv)}; threshold {KL_RATIO}×. Best gains over the "
                f"base: PPO {inp.gains['ppo']}, CORY {inp.gains['cory']}.")
     if inp.problem or not levels:
         return Claim(name, INCONCLUSIVE, numbers, inp.problem or

@@ -78,7 +78,7 @@ class BenchConfig:
     alone_queries: int = field(default=64, metadata=cli.meta(
         "held-out queries each model answers alone at every evaluation (non-exact-match tasks)"))
     eval_problems: int = field(default=32, metadata=cli.meta(
-        "exact-match tasks: test problems of every alone-evaluation (pass@k)"))
+        "exact-match tasks: test problems of every alone-evaluation (pass@k; 0: none)"))
     eval_samples: int = field(default=8, metadata=cli.meta("samples per test problem"))
     pass_k: int = field(default=4, metadata=cli.meta("k of pass@k"))
     eval_batch_size: int = field(default=64, metadata=cli.meta("episodes per evaluation batch"))
@@ -169,8 +169,9 @@ def validate_config(cfg: BenchConfig) -> None:
     if not cfg.seeds or any(isinstance(s, bool) or not isinstance(s, int) for s in cfg.seeds):
         raise ValueError(f"seeds must be a non-empty list of integers, got {cfg.seeds!r}")
     for name in ("eval_samples", "pass_k", "eval_batch_size", "final_window",
-                 "checkpoint_every", "alone_queries", "eval_problems"):
+                 "checkpoint_every", "alone_queries"):
         _integer(name, getattr(cfg, name))
+    _integer("eval_problems", cfg.eval_problems, low=0)
     if cfg.eval_every is not None:
         _integer("eval_every", cfg.eval_every)
     _integer("threads", cfg.threads, low=0)

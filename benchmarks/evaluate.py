@@ -19,7 +19,7 @@ import math
 import numpy as np
 import torch
 
-from agents.rollout import rollout
+from agents.rollout import answer_alone
 from agents.train import Trainer
 from cory_env import BatchedCoryEnv
 
@@ -44,22 +44,6 @@ def combined_eta(trainer: Trainer) -> float:
     """The fixed η of r − η·ΣKL: the run's fixed KL weight, else its initial coefficient."""
     cfg = trainer.cfg
     return float(cfg.eta if cfg.eta is not None else cfg.ppo.init_kl_coef)
-
-
-@torch.inference_mode()
-def answer_alone(env: BatchedCoryEnv, policy, sampling, generator: torch.Generator,
-                 queries: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    """Task rewards and summed full KLs of one answer per query index (single-agent env),
-    `env.batch_size` episodes at a time (the last batch padded with its last query)."""
-    rewards, kls = [], []
-    for i in range(0, len(queries), env.batch_size):
-        chunk = queries[i:i + env.batch_size]
-        padded = chunk + [chunk[-1]] * (env.batch_size - len(chunk))
-        turn = rollout(env, {env.possible_agents[0]: policy}, sampling, generator,
-                       reset_options={"queries": padded})[env.possible_agents[0]]
-        rewards.append(turn.task_reward.cpu().numpy()[:len(chunk)])
-        kls.append(turn.full_kl.sum(1).cpu().numpy()[:len(chunk)])
-    return np.concatenate(rewards), np.concatenate(kls)
 
 
 def _se(x: np.ndarray) -> float:

@@ -8,6 +8,7 @@ testable on synthetic numbers, and usable on its own:
 
 from __future__ import annotations
 
+import json
 import os
 from collections import defaultdict
 from dataclasses import MISSING
@@ -360,13 +361,31 @@ def write_plots(data: RunData, folder: str | os.PathLike) -> dict[str, list[str]
     return dict(made)
 
 
+def mechanism_lines(mechanism: dict) -> list[str]:
+    """The report's first section: each task's model has (or lacks) CORY's mechanism."""
+    from agents.refmodels.transfer import format_transfer
+
+    if not mechanism:
+        return []
+    out = ["## Does the model have CORY's mechanism? (measured before any comparison)", ""]
+    for task, m in mechanism.items():
+        out.append(f"**{task}**" + (f": not measured — {m['not_measured']}." if
+                                    "not_measured" in m else ""))
+        if "not_measured" not in m:
+            out += ["", *format_transfer(m)]
+        out.append("")
+    return out
+
+
 def write_report(folder: str | os.PathLike) -> Path:
     """(Re)write a run folder's plots/ and report.md from its records; returns the report."""
     folder = Path(folder)
     data = RunData.load(folder)
     plots = write_plots(data, folder / "plots") if data.rows else {}
+    mech = folder / "mechanism.json"
+    preamble = mechanism_lines(json.loads(mech.read_text())) if mech.exists() else []
     path = folder / "report.md"
-    atomic_write(path, render(data, plots))
+    atomic_write(path, render(data, plots, preamble))
     return path
 
 

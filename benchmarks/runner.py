@@ -28,7 +28,7 @@ from cory_env.files import atomic_write
 
 from . import report
 from .config import BenchConfig, RunSpec, check_resume, from_saved, run_specs, train_config
-from .evaluate import evaluate_alone, evaluation_due
+from .evaluate import EVAL_TASKS, evaluate_alone, evaluation_due
 from .records import copy_rate, select
 
 FORMAT = 2
@@ -87,6 +87,7 @@ class RunFolder:
         self.csv = self.path / "metrics.csv"
         self.evals = self.path / "alone.jsonl"
         self.config = self.path / "run_config.json"
+        self.mechanism = self.path / "mechanism.json"
 
     def ckpt(self, spec: RunSpec) -> Path:
         """The run's checkpoint file."""
@@ -172,7 +173,8 @@ def try_evaluate(trainer: Trainer, cfg: BenchConfig, spec: RunSpec, folder: RunF
                  roles: dict) -> None:
     """Evaluate every model alone and record it, unless already recorded; logs and skips when
     the test split can't be loaded (the hub)."""
-    if folder.has_eval(spec.key, trainer.iteration):
+    if folder.has_eval(spec.key, trainer.iteration) or (
+            trainer.env.task.name in EVAL_TASKS and cfg.eval_problems == 0):
         return
     final = trainer.iteration == cfg.train.iterations
     try:
@@ -183,6 +185,32 @@ def try_evaluate(trainer: Trainer, cfg: BenchConfig, spec: RunSpec, folder: RunF
     folder.add_evals(records)
     folder.log(f"{spec.key} alone at iteration {trainer.iteration}: " + ", ".join(
         f"{r['model']} reward {r['task_reward']:.3f} kl {r['kl']:.3f}" for r in records))
+
+
+def mechanism(cfg: BenchConfig, folder: RunFolder) -> dict:
+    """Per task, the model's knowledge and cross-role transfer (`agents.refmodels.transfer`):
+    measured once per offline reference LM (about 4 minutes, then cached in its folder)."""
+    from agents.refmodels import reference_lm
+    from agents.refmodels.transfer import measure_transfer, saved_transfer
+    from cory_env.data.tokenizer import TASKS as OFFLINE
+
+    out = {}
+    for task in cfg.tasks:
+        if cfg.model_for(task) is not None or task not in OFFLINE:
+            out[task] = {"not_measured": "the model is not an offline reference LM; measure "
+                                         "it with agents.refmodels.transfer.measure_transfer"}
+            continue
+        path = reference_lm(task)
+        saved = saved_transfer(path)
+        if saved is None and cfg.quick:
+            out[task] = {"not_measured": f"a quick run does not measure it (python -m "
+                                         f"agents.refmodels --measure {task})"}
+            continue
+        if saved is None:
+            folder.log(f"{task}: measuring the model's knowledge and cross-role transfer")
+            saved = measure_transfer(task, progress=folder.log)
+        out[task] = saved
+    return out
 
 
 # ------------------------------------------------------------------------------- progress
@@ -326,6 +354,8 @@ def _run_all(cfg: BenchConfig, folder: RunFolder, resume: bool, progress: bool,
         check_resume(cfg, folder.saved_config())
     else:
         folder.start(cfg)
+    if not folder.mechanism.exists():
+        atomic_write(folder.mechanism, json.dumps(mechanism(cfg, folder), indent=2))
     specs = run_specs(cfg)
     bar = Progress(len(specs) * cfg.train.iterations, enabled=progress)
     folder.log(f"{'resuming' if resume else 'starting'} {len(specs)} runs")

@@ -1,6 +1,7 @@
 """Command line: build (once) the offline reference LMs and print their held-out reports.
 
     python -m agents.refmodels [--tasks sentiment,arithmetic] [--budget full|tiny] [--force]
+    python -m agents.refmodels --measure sentiment    # knowledge + cross-role transfer, 3 seeds
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from cory_env.data.tokenizer import TASKS
 from .data import check_task
 from .measure import format_report, repeated_gap
 from .pretrain import BUDGET_ENV, BUDGETS, build, model_dir, rebuild, reference_lm, resolve_budget
+from .transfer import format_transfer, measure_transfer, saved_transfer
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -31,6 +33,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="rebuild even if cached")
     parser.add_argument("--gap-repeats", type=int, default=0, metavar="N",
                         help="then measure each model's observer gap N more times (noise check)")
+    parser.add_argument("--measure", metavar="TASK",
+                        help="measure knowledge transfer and cross-role transfer of the task's "
+                             "model (about 4 minutes; saved to its transfer.json)")
+    parser.add_argument("--seeds", default="0,1,2", help="seeds of --measure (default: 0,1,2)")
     parser.add_argument("--worker", nargs=3, metavar=("TASK", "BUDGET", "OUT"),
                         help=argparse.SUPPRESS)  # internal: build into OUT (see _launch)
     parser.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)
@@ -40,14 +46,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         build(task, budget, Path(out), verbose=not args.quiet)
         return 0
     budget = resolve_budget(args.budget)
-    for task in [t.strip() for t in args.tasks.split(",") if t.strip()]:
-        check_task(task)
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    for task in [args.measure] if args.measure else tasks:
+        try:
+            check_task(task)
+        except ValueError as err:
+            parser.error(str(err))
+    if args.measure:
+        try:
+            seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+        except ValueError:
+            parser.error(f"--seeds must be a comma list of integers, got {args.seeds!r}")
+        if len(seeds) < 1:
+            parser.error("--seeds needs at least one seed")
+        reference_lm(args.measure, budget=budget)
+        result = measure_transfer(args.measure, seeds=seeds)
+        print("\n".join(format_transfer(result)))
+        print(f"[cory lm] measured in {result['seconds']:.0f}s; saved to "
+              f"{Path(result['model']) / 'transfer.json'}")
+        return 0
+    for task in tasks:
         t0 = time.perf_counter()
         cached = model_dir(task, budget).is_dir() and not args.force
         path = rebuild(task, budget) if args.force else reference_lm(task, budget=budget)
         report = json.loads((path / "report.json").read_text())
         if cached:
             print(format_report(report))
+        measured = saved_transfer(path)
+        print("\n".join(format_transfer(measured)) if measured else
+              f"[cory lm] {task}: cross-role transfer not measured yet "
+              f"(python -m agents.refmodels --measure {task})")
         print(f"[cory lm] {task}-{budget}: {path} "
               f"({'cached' if cached else f'built in {time.perf_counter() - t0:.0f}s'})")
         if args.gap_repeats:

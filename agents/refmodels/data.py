@@ -31,7 +31,10 @@ from cory_env.data.tokenizer import TASKS, task_tokenizer
 TRAIN_SEED, HELDOUT_SEED = 31, 97  # corpus seeds; the env's queries use seeds 0/1 and 1000/1001
 # Shares of the training sequences: "observer" sequences (the rest are pioneer sequences), and
 # for arithmetic the share of observer sequences whose reference is right.
-MIXES = {"sentiment": {"observer": 0.3}, "arithmetic": {"observer": 0.75, "right_reference": 0.5}}
+# Sentiment "fresh": the share of observer sequences whose rewrite is another positive review's
+# continuation of the same prefix (when one exists) instead of the positivised copy.
+MIXES = {"sentiment": {"observer": 0.3, "fresh": 0.0},
+         "arithmetic": {"observer": 0.75, "right_reference": 0.5}}
 
 
 def check_task(task: str) -> None:
@@ -105,13 +108,27 @@ class TrainingData:
             return whole[len(query):]
         return self.tok.encode(new, add_special_tokens=False)
 
+    def positive_continuations(self, n: int, seed: int) -> dict[tuple, list[list[int]]]:
+        """Positive reviews by their 2-8 token prefixes: prefix -> the tokens that follow."""
+        texts = [t for t, label in corpus.sentiment_reviews(n, seed) if label == 1]
+        out: dict[tuple, list[list[int]]] = {}
+        for ids in self.tok(texts, add_special_tokens=False)["input_ids"]:
+            for k in range(2, min(9, len(ids))):
+                out.setdefault(tuple(ids[:k]), []).append(ids[k:])
+        return out
+
     def _sentiment(self, n: int, seed: int) -> list[tuple[list[int], list[int]]]:
         rng = random.Random(f"lm-sentiment:{seed}")
+        fresh = self.positive_continuations(n, seed + 7) if self.mix["fresh"] > 0 else {}
         out = []
         for ids in self.reviews(n, seed):
             if rng.random() < self.mix["observer"]:
                 query, cont = self.split_review(ids, rng)
-                out.append((_assemble(self.obs, query, cont), self.rewrite(query, cont, rng)))
+                target = self.rewrite(query, cont, rng)
+                others = fresh.get(tuple(query))
+                if others and rng.random() < self.mix["fresh"]:
+                    target = rng.choice(others)[: max(len(cont), 1)]
+                out.append((_assemble(self.obs, query, cont), target))
             else:
                 out.append(([], list(ids)))
         return out

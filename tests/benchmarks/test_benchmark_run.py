@@ -15,7 +15,6 @@ import benchmarks
 from benchmarks import RunFolder, resolve_config, run_benchmark, runner
 from benchmarks import claims as cl
 from benchmarks import records as rec
-from benchmarks import report as rp
 from benchmarks.run import build_parser, config_from_args, main
 from cory_env.data.tokenizer import task_tokenizer
 
@@ -46,7 +45,8 @@ def numbers(rows):
 # ------------------------------------------------------------------------------- end to end
 def test_quick_run_writes_metrics_tensorboard_plots_and_report(tiny_lm, tmp_path):
     out = tmp_path / "run"
-    report = main(["--quick", "--model", tiny_lm, "--out", str(out), *TINY])
+    report = main(["--quick", "--model", tiny_lm, "--out", str(out), *TINY,
+                   "--tasks", "sentiment,arithmetic"])
     rows = rec.read_jsonl(out / "metrics.jsonl")
     # 2 tasks x (ppo: 1 agent + cory: 2 agents) x 2 iterations
     assert len(rows) == 12
@@ -64,32 +64,64 @@ def test_quick_run_writes_metrics_tensorboard_plots_and_report(tiny_lm, tmp_path
     assert all(any(f.name.startswith("events.out.tfevents") for f in (out / "tb" / r).iterdir())
                for r in runs)
     for task in TASKS:
-        png = out / "plots" / f"curves_{task}.png"
-        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    evals = rec.read_jsonl(out / "eval.jsonl")
-    assert {(e["method"], e["model"]) for e in evals} == {
-        ("base", "base"), ("ppo", "llm_0"), ("cory", "llm_0"), ("cory", "llm_1")}
-    assert all(e["task"] == "arithmetic" and 0 <= e["pass@1"] <= e["pass@k"] <= 1 for e in evals)
+        for kind in ("curves", "alone", "frontier"):
+            png = out / "plots" / f"{kind}_{task}.png"
+            assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
+    alone = rec.read_jsonl(out / "alone.jsonl")  # every model alone at iterations 0, 1, 2
+    assert {(e["task"], e["method"], e["model"], e["iteration"]) for e in alone} == {
+        (t, m, a, i) for t in TASKS for m, a in [("ppo", "llm_0"), ("cory", "llm_0"),
+                                                 ("cory", "llm_1")] for i in (0, 1, 2)}
+    maths = [e for e in alone if e["task"] == "arithmetic"]
+    assert all(0 <= e["pass@1"] <= e["pass@k"] <= 1 for e in maths)
+    assert all(("greedy" in e) == (e["iteration"] == 2) for e in maths)
     text = report.read_text()
     for line in ("| ppo | llm_0 |", "| cory | LLM1 (llm_0) |", "| cory | LLM2 (llm_1) |",
-                 "| cory | pioneer |", "### Contribution audit", "Test-split evaluation"):
+                 "| cory | pioneer |", "### Contribution audit", "Test-split pass@k",
+                 "| base | – |", "Every model answering alone"):
         assert line in text, line
+    # the mechanism section comes first; a model of the user's own is not measured
+    assert text.index("CORY's mechanism?") < text.index("## The paper's claims")
+    assert "not an offline reference LM" in text
     claims = [ln for ln in text.splitlines() if ln.startswith("- **(")]
-    assert any("(1)" in c and "[sentiment]" in c for c in claims)
-    assert any("(2)" in c and "[arithmetic]" in c for c in claims)
-    # each verdict is the one the claim checks compute from the records just written
     expected = [c.line() for c in cl.all_claims(rec.RunData.load(out))]
-    assert sorted(claims) == sorted(expected) and len(claims) == 5  # (1), (3) per task, (2)
-    assert any("(3)" in c and cl.NOT_RUN in c for c in claims)  # no ablations were run
-    assert all(cl.NOT_RUN not in c for c in claims if "(1)" in c)
+    assert sorted(claims) == sorted(expected) and len(claims) == 9  # 1a 1b 3 4 x2, 2
+    # one seed, two iterations: every claim is inconclusive and says why
+    assert all("**inconclusive** (" in c for c in claims)
+    assert all("too few seeds: 1 < 3" in c for c in claims if "not run" not in c)
+    assert any("(3)" in c and "not run" in c for c in claims)  # no ablations were run
     assert json.loads((out / "run_config.json").read_text())["train"]["iterations"] == 2
+
+
+def test_alone_evaluation_is_paired_and_leaves_training_untouched(tiny_lm, tmp_path):
+    args = ["--tasks", "sentiment", "--methods", "ppo,cory", "--seeds", "0", "--model", tiny_lm,
+            *TINY,
+            "--iterations", "3", "--alone-queries", "6", "--eval-batch-size", "4"]
+    every, rare = tmp_path / "every", tmp_path / "rare"
+    main([*args, "--eval-every", "1", "--out", str(every)])
+    main([*args, "--eval-every", "50", "--out", str(rare)])
+    # training is the same whether or not the models were evaluated in between
+    assert numbers(rec.read_jsonl(every / "metrics.jsonl")) == numbers(
+        rec.read_jsonl(rare / "metrics.jsonl"))
+    alone = rec.read_jsonl(every / "alone.jsonl")
+    assert sorted({e["iteration"] for e in alone}) == [0, 1, 2, 3]
+    assert sorted({e["iteration"] for e in rec.read_jsonl(rare / "alone.jsonl")}) == [0, 3]
+    # before any update every model is the base: same queries, same sampler -> same answers
+    first = [e for e in alone if e["iteration"] == 0]
+    assert len(first) == 3 and len({(e["task_reward"], e["kl"]) for e in first}) == 1
+    assert all(abs(e["kl"]) < 1e-5 and e["n_queries"] == 6 for e in first)
+    for e in alone:
+        assert e["combined_reward"] == pytest.approx(e["task_reward"] - e["eta"] * e["kl"])
+        assert e["eta"] == 0.3  # the initial KL coefficient, fixed
+    later = {(e["model"], e["method"]): e["role"] for e in alone if e["iteration"] == 1}
+    assert later == {("llm_0", "ppo"): "pioneer", ("llm_0", "cory"): "pioneer",
+                     ("llm_1", "cory"): "observer"}
 
 
 def test_group_learners_run_through_the_benchmark_alone_and_under_cory(tiny_lm, tmp_path):
     methods = ["grpo", "dr-grpo", "rloo", "reinforce-pp", "cory-grpo", "cory-reinforce-pp"]
     out = tmp_path / "run"
     report = main(["--quick", "--model", tiny_lm, "--out", str(out), *TINY, "--tasks",
-                   "sentiment", "--methods", ",".join(methods), "--eval-problems", "0"])
+                   "sentiment", "--methods", ",".join(methods)])
     rows = rec.read_jsonl(out / "metrics.jsonl")
     assert {(r["method"], r["agent"]) for r in rows} == {
         (m, a) for m in methods for a in (["llm_0", "llm_1"] if m.startswith("cory-")
@@ -102,7 +134,8 @@ def test_group_learners_run_through_the_benchmark_alone_and_under_cory(tiny_lm, 
 
 def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_lm, tmp_path):
     args = ["--tasks", "sentiment", "--methods", "cory", "--t-rex", "1", "--seeds", "3",
-            "--model", tiny_lm, *TINY, "--iterations", "3", "--eval-problems", "0"]
+            "--model", tiny_lm, *TINY, "--iterations", "3", "--eval-every", "1",
+            "--alone-queries", "4"]
     full, cut = tmp_path / "full", tmp_path / "cut"
     cfg, _, _ = config_from_args(build_parser().parse_args(args + ["--out", str(full)]))
     run_benchmark(cfg, full, progress=False)
@@ -115,6 +148,7 @@ def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_lm, tmp_path):
     main(["--resume", "--out", str(cut), "--no-progress"])
     assert numbers(rec.read_jsonl(cut / "metrics.jsonl")) == numbers(
         rec.read_jsonl(full / "metrics.jsonl"))
+    assert rec.read_jsonl(cut / "alone.jsonl") == rec.read_jsonl(full / "alone.jsonl")
     with open(cut / "metrics.csv") as a, open(full / "metrics.csv") as b:
         drop = {"time_rollout_s", "time_update_s"}
         assert [{k: v for k, v in r.items() if k not in drop} for r in csv.DictReader(a)] == \
@@ -231,6 +265,28 @@ def test_eta_sweep_flag_defaults_to_the_papers_values():
     args = build_parser().parse_args(["--eta-sweep"])
     assert args.eta_sweep == [1e-5, 1e-4, 1e-3, 1e-2]
     assert build_parser().parse_args(["--eta-sweep", "0.1,0.2"]).eta_sweep == [0.1, 0.2]
+    cfg = resolve_config("offline", tasks=["sentiment", "arithmetic"], eta_sweep=args.eta_sweep)
+    etas = {(s.task, s.eta) for s in benchmarks.run_specs(cfg)}
+    assert {e for t, e in etas if t == "arithmetic"} == {1e-5, 1e-4, 1e-3, 1e-2}
+    assert {e for t, e in etas if t == "sentiment"} == {0.03, 0.1, 0.3, 1.0}  # reward's scale
+
+
+def test_study_preset_runs_the_arms_long_enough_to_decide():
+    cfg = resolve_config("study")
+    assert len(cfg.seeds) >= 3 and cfg.train.iterations >= 40 and cfg.tasks == ["sentiment"]
+    assert {"ppo", "cory", "cory-official", "ppo-2x", "ppo-sampled-kl"} <= set(cfg.methods)
+    points = sum(benchmarks.evaluate.evaluation_due(cfg, i)
+                 for i in range(cfg.train.iterations + 1))
+    assert points >= 10
+    default = resolve_config("offline")
+    assert sum(benchmarks.evaluate.evaluation_due(default, i) for i in range(21)) >= 5
+    # the KL controller's horizon follows the batch: 10000 x 32 / 256
+    assert default.train.ppo.effective_kl_horizon == 1250
+    raw = resolve_config("offline", scale_kl_horizon=False)
+    assert raw.train.ppo.effective_kl_horizon == 10000
+    imdb = resolve_config("imdb", device="cpu")
+    tc = benchmarks.train_config(imdb, benchmarks.run_specs(imdb)[0])
+    assert tc.ppo.effective_kl_horizon == 10000  # batch 256: the paper's own
 
 
 # ------------------------------------------------------------------------------- helpers
@@ -265,58 +321,6 @@ def test_copy_rate():
     assert rec.copy_rate(["a b", "c", "d"], ["a b ", "x", "d"]) == pytest.approx(2 / 3)
     with pytest.raises(ValueError, match="not aligned"):
         rec.copy_rate(["a"], ["a", "b"])
-
-
-def test_claim_checks_on_synthetic_numbers_both_ways():
-    S = rec.Stat
-    ok, text = cl.check_reward_and_kl(S(1.0, 0.1, 3), S(1.05, 0.1, 3), S(9.0, 1, 3),
-                                      S(3.0, 1, 3), reward_range=2.0)
-    assert ok and "ratio 3" in text
-    assert not cl.check_reward_and_kl(S(1.0, 0.1, 3), S(1.05, 0.1, 3), S(5.0, 1, 3),
-                                      S(3.0, 1, 3), 2.0)[0]  # KL ratio 1.67
-    assert not cl.check_reward_and_kl(S(1.0, 0.0, 3), S(2.0, 0.0, 3), S(9.0, 0, 3),
-                                      S(3.0, 0, 3), 2.0)[0]  # |Δ| 1 > 0.2
-    rise_fall = [0.1, 0.3, 0.5, 0.5, 0.3, 0.1, 0.1]
-    flat = [0.1, 0.3, 0.4, 0.4, 0.4, 0.4, 0.4]
-    assert cl.check_peak_then_decline(rise_fall, flat, window=2, threshold=0.1)[0]
-    assert not cl.check_peak_then_decline(flat, flat, window=2, threshold=0.1)[0]
-    assert not cl.check_peak_then_decline(rise_fall, rise_fall, window=2, threshold=0.1)[0]
-    assert cl.check_ablation_kl(S(2.0, 0.1, 3), {"cory-no-kt": S(3.0, 0, 3),
-                                                 "cory-no-re": S(4.0, 0, 3)})[0]
-    assert not cl.check_ablation_kl(S(2.0, 0.1, 3), {"cory-no-kt": S(2.1, 0, 3),
-                                                     "cory-no-re": S(4.0, 0, 3)})[0]
-
-
-def test_all_claims_from_records():
-    rows = []
-    for seed in (0, 1):
-        rows += rows_for("ppo", [0.1, 0.6, 0.6, 0.1, 0.1], [1, 4, 8, 9, 9], seed, task="arithmetic")
-        for agent, role in (("llm_0", "pioneer"), ("llm_1", "observer")):
-            rows += rows_for("cory", [0.1, 0.3, 0.3, 0.3, 0.3], [1, 2, 3, 3, 3], seed, role,
-                             agent, task="arithmetic")
-    data = rec.RunData(rows, window=2)
-    claims = {c.name.split(" ")[0]: c for c in cl.all_claims(data)}
-    assert claims["(1)"].status == cl.NOT_REPRODUCED  # KL ratio 3, but |Δ reward| 0.2 > 0.1
-    assert "ratio 3" in claims["(1)"].numbers
-    assert claims["(2)"].status == cl.REPRODUCED
-    assert claims["(3)"].status == cl.NOT_RUN
-    text = rp.render(data)
-    assert "| ppo | llm_0 |" in text and "| cory | observer |" in text
-    assert "r_obs − r_pio" in text
-
-
-def test_eta_sweep_records_make_curves_and_a_pareto_plot(tmp_path):
-    rows = []
-    for eta, (reward, kl) in {1e-3: (0.9, 8.0), 1e-2: (0.6, 2.0)}.items():
-        for seed in (0, 1):
-            rows += [dict(r, sweep_eta=eta) for r in rows_for(
-                "ppo", [0.1, reward], [0.0, kl], seed, task="sentiment")]
-    data = rec.RunData(rows, window=1)
-    plots = rp.write_plots(data, tmp_path)
-    assert plots["sentiment|pareto"] == ["plots/pareto_sentiment.png"]
-    assert (tmp_path / "pareto_sentiment.png").read_bytes()[:4] == b"\x89PNG"
-    assert (tmp_path / "curves_sentiment_eta0.001.png").exists()
-    assert "η=0.01" in " ".join(c.name for c in cl.all_claims(data))
 
 
 def test_run_py_works_as_a_script():

@@ -1,0 +1,236 @@
+"""Does a model have CORY's mechanism? Knowledge transfer and cross-role transfer, measured.
+
+    result = measure_transfer("sentiment")          # also written to <model>/transfer.json
+    print(format_transfer(result))
+
+* **Knowledge transfer** (no RL): the untrained model as observer, on held-out queries, with
+  (a) the full observer prompt and the pioneer's sampled answer, (b) the same instruction with
+  an empty answer (the pioneer's turn forced to EOS), (c) the plain prompt. (a) − (b) is what
+  the answer is worth, (b) − (c) what the instruction is worth.
+* **Cross-role transfer**: at the benchmark's default budget and settings, train PPO, and CORY
+  without role exchange (`cory-no-re`: llm_0 always the pioneer, llm_1 always the observer).
+  Then every model answers held-out queries alone:
+  (r_alone(observer-only model) − r_alone(base)) / (r_alone(PPO model) − r_alone(base)) is the
+  share of the skill learnt as observer that carries over to answering alone. The reverse is
+  (r_obs(pioneer-only model) − r_obs(base)) / (r_obs(observer-only model) − r_obs(base)), each
+  as observer of the base model's answers.
+
+Every figure is a mean over seeds with its 95% interval (`agents.stats`). Episodes are played
+through the one decode loop (`agents.rollout`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from cory_env.files import atomic_write
+
+from ..rollout import answer_alone, play_turn
+from ..sampling import SamplingConfig
+from ..stats import Interval, mean_interval
+from ..train import TrainConfig, Trainer
+
+SEEDS = (0, 1, 2)
+QUERIES = 128  # held-out queries per measurement
+PRESENT, WEAK, ABSENT = 0.5, 0.3, 0.0  # cross-role transfer: present >= 0.5, absent < 0.3
+EVAL_SEED = 20_000
+
+
+def _env(task, tokenizer, max_new, n: int, **kw):
+    """A test-split env of n episodes for the measurements."""
+    import cory_env
+
+    return cory_env.BatchedCoryEnv(batch_size=n, task=task, tokenizer=tokenizer,
+                                   max_new_tokens=max_new, split="test", **kw)
+
+
+@torch.inference_mode()
+def observer_rewards(env, pioneer, observer, generator, queries, empty_answer=False) -> np.ndarray:
+    """The observer's task rewards with `pioneer` answering first (or an empty answer)."""
+    env.reset(options={"queries": list(queries)})
+    forced = torch.full((env.batch_size, env.max_new_tokens), env.episodes.eos) \
+        if empty_answer else None
+    play_turn(env, pioneer, SamplingConfig(), generator, forced=forced)
+    play_turn(env, observer, SamplingConfig(), generator)
+    info = next(i for i in env.infos().values() if i["role"] == "observer")
+    return info["task_reward"].numpy().astype(float)
+
+
+def knowledge_transfer(policy, task, tokenizer=None, max_new_tokens=None, seeds=SEEDS,
+                       n: int = QUERIES) -> dict:
+    """An untrained model as observer: full prompt vs empty answer vs plain prompt, per seed
+    (its own sampled answers as the pioneer's)."""
+    kt = _env(task, tokenizer, max_new_tokens, n)
+    no_kt = _env(task, tokenizer, max_new_tokens, n, knowledge_transfer=False)
+    queries = list(range(n))
+    per = {"full": [], "empty_answer": [], "plain": []}
+    with torch.random.fork_rng(devices=[]):
+        for s in seeds:
+            def gen(s=s):
+                return torch.Generator(device=policy.device).manual_seed(EVAL_SEED + s)
+
+            per["full"].append(observer_rewards(kt, policy, policy, gen(), queries).mean())
+            per["empty_answer"].append(observer_rewards(kt, policy, policy, gen(), queries,
+                                                        empty_answer=True).mean())
+            per["plain"].append(observer_rewards(no_kt, policy, policy, gen(), queries).mean())
+    full, empty, plain = (np.array(per[k]) for k in ("full", "empty_answer", "plain"))
+    return {"per_seed": {k: [float(x) for x in v] for k, v in per.items()},
+            "from_answer": _iv(full - empty), "from_instruction": _iv(empty - plain),
+            "total": _iv(full - plain)}
+
+
+def _iv(values) -> dict:
+    """An interval as a JSON-able dict."""
+    return asdict(mean_interval([float(v) for v in values]))
+
+
+def _alone(policy, env, seed: int, n: int) -> float:
+    """Mean task reward of a policy answering n held-out queries alone (fixed sampler seed)."""
+    gen = torch.Generator(device=policy.device).manual_seed(EVAL_SEED + seed)
+    with torch.random.fork_rng(devices=[]):
+        rewards, _ = answer_alone(env, policy, SamplingConfig(), gen, list(range(n)))
+    return float(rewards.mean())
+
+
+def _as_observer(policy, base, env, seed: int, n: int) -> float:
+    """Mean observer reward of a policy given the base model's answers (fixed seed)."""
+    gen = torch.Generator(device=policy.device).manual_seed(EVAL_SEED + seed)
+    with torch.random.fork_rng(devices=[]):
+        return float(observer_rewards(env, base, policy, gen, list(range(n))).mean())
+
+
+def cross_role_transfer(cfg: TrainConfig, seeds=SEEDS, n: int = QUERIES,
+                        progress=print) -> dict:
+    """Train PPO and cory-no-re per seed at `cfg`'s budget; the transfer ratios and the
+    alone / observer rewards behind them."""
+    rows = []
+    for s in seeds:
+        ppo = Trainer(replace(cfg, method="ppo", seed=s))
+        env = ppo.env
+        alone = _env(env.task, env.tokenizer, env.max_new_tokens, min(n, 64), single_agent=True)
+        kt = _env(env.task, env.tokenizer, env.max_new_tokens, n)
+        base = ppo.learner.policies["llm_0"]
+        row = {"seed": s, "alone_base": _alone(base, alone, s, n)}
+        base_copy = _frozen_copy(base)
+        row["observer_base"] = _as_observer(base_copy, base_copy, kt, s, n)
+        for _ in ppo.run():
+            pass
+        row["alone_ppo"] = _alone(ppo.learner.policies["llm_0"], alone, s, n)
+        del ppo
+        cory = Trainer(replace(cfg, method="cory-no-re", seed=s))
+        for _ in cory.run():
+            pass
+        pio, obs = cory.learner.policies["llm_0"], cory.learner.policies["llm_1"]
+        row["alone_observer_only"] = _alone(obs, alone, s, n)
+        row["alone_pioneer_only"] = _alone(pio, alone, s, n)
+        row["observer_observer_only"] = _as_observer(obs, base_copy, kt, s, n)
+        row["observer_pioneer_only"] = _as_observer(pio, base_copy, kt, s, n)
+        row["ratio"] = _ratio(row["alone_observer_only"] - row["alone_base"],
+                              row["alone_ppo"] - row["alone_base"])
+        row["reverse"] = _ratio(row["observer_pioneer_only"] - row["observer_base"],
+                                row["observer_observer_only"] - row["observer_base"])
+        rows.append(row)
+        progress(f"[cory transfer] seed {s}: alone base {row['alone_base']:.3f}, PPO "
+                 f"{row['alone_ppo']:.3f}, observer-only {row['alone_observer_only']:.3f} -> "
+                 f"cross-role transfer {row['ratio']:.2f}; reverse {row['reverse']:.2f}")
+    return {"per_seed": rows, "ratio": _iv([r["ratio"] for r in rows]),
+            "reverse": _iv([r["reverse"] for r in rows])}
+
+
+def _ratio(num: float, den: float) -> float:
+    """num / den, NaN when the denominator is not positive (nothing was learnt to carry)."""
+    return num / den if den > 0 else math.nan
+
+
+def _frozen_copy(policy):
+    """The policy's frozen reference as a policy of its own (the base model)."""
+    from ..policy import LLMPolicy
+
+    return LLMPolicy(policy.ref_model, reference=None, mixed_precision=None) \
+        if getattr(policy, "ref_model", None) is not None else policy
+
+
+def verdict(result: dict) -> str:
+    """"present", "weak" or "absent" from the cross-role ratio and the answer's worth."""
+    ratio, answer = result["cross_role"]["ratio"], result["knowledge_transfer"]["from_answer"]
+    if not (answer["n"] >= 2 and answer["low"] > 0) or not ratio["mean"] >= WEAK:
+        return "absent"
+    return "present" if ratio["mean"] >= PRESENT and min(
+        r["ratio"] for r in result["cross_role"]["per_seed"]) >= WEAK else "weak"
+
+
+def measure_transfer(task: str, model: str | None = None, cfg: TrainConfig | None = None,
+                     seeds=SEEDS, n: int = QUERIES, save: bool = True, progress=print) -> dict:
+    """Both transfers for a task's model (default: its offline reference LM), saved to the
+    model folder's transfer.json when `save`."""
+    t0 = time.perf_counter()
+    cfg = replace(cfg or TrainConfig(), task=task, model=model)
+    first = Trainer(replace(cfg, method="ppo", iterations=1))
+    path = Path(model) if model else Path(_default_path(task))
+    env = first.env
+    result = {"task": task, "model": str(path), "seeds": list(seeds), "queries": n,
+              "budget": {"iterations": cfg.iterations, "batch_size": cfg.batch_size,
+                         "lr": cfg.ppo.lr, "kl_penalty": cfg.ppo.kl_penalty},
+              "knowledge_transfer": knowledge_transfer(
+                  first.learner.policies["llm_0"], env.task, env.tokenizer, env.max_new_tokens,
+                  seeds, n)}
+    del first
+    result["cross_role"] = cross_role_transfer(cfg, seeds, n, progress)
+    result["verdict"] = verdict(result)
+    result["seconds"] = time.perf_counter() - t0
+    if save:
+        atomic_write(path / "transfer.json", json.dumps(result, indent=2))
+    return result
+
+
+def _default_path(task: str) -> str:
+    """The offline reference LM folder of a task."""
+    from .pretrain import reference_lm
+
+    return str(reference_lm(task))
+
+
+def saved_transfer(path: str | Path) -> dict | None:
+    """A model folder's transfer.json, if measured."""
+    f = Path(path) / "transfer.json"
+    return json.loads(f.read_text()) if f.exists() else None
+
+
+def _fmt(iv: dict) -> str:
+    """An interval dict as text."""
+    return str(Interval(**iv))
+
+
+MEANING = {
+    "present": "the mechanism is present: what a model learns as observer largely carries "
+               "over to answering alone",
+    "weak": "the mechanism is weak: part of what a model learns as observer carries over; read "
+            "every verdict against it",
+    "absent": "the mechanism is absent: little of what a model learns as observer carries over "
+              "to answering alone (or the answer is worth nothing), so the paper's claims "
+              "cannot be tested on this model",
+}
+
+
+def format_transfer(r: dict) -> list[str]:
+    """Report lines: both transfers with their intervals and what they mean."""
+    kt, cr = r["knowledge_transfer"], r["cross_role"]
+    b = r["budget"]
+    return [
+        f"- **Knowledge transfer** (untrained observer, {r['queries']} held-out queries, "
+        f"{len(r['seeds'])} seeds): the pioneer's answer is worth {_fmt(kt['from_answer'])} "
+        f"reward; the instruction alone {_fmt(kt['from_instruction'])}; both "
+        f"{_fmt(kt['total'])}.",
+        f"- **Cross-role transfer** ({b['iterations']} iterations × {b['batch_size']} episodes, "
+        f"lr {b['lr']:g}): an observer-only-trained model answering alone gains "
+        f"{_fmt(cr['ratio'])} of what PPO's model gains; the reverse (a pioneer-only-trained "
+        f"model as observer, relative to the observer-only one) is {_fmt(cr['reverse'])}.",
+        f"- **Verdict: {r['verdict']}** — {MEANING[r['verdict']]}.",
+    ]
