@@ -132,9 +132,9 @@ def matched_reward_gap(a: list[Trajectory], b: list[Trajectory]) -> tuple[Interv
     return mean_interval(per_seed), budgets
 
 
-def _ratio(iv: Interval) -> str:
-    """A log-ratio interval as a ratio."""
-    if iv.n == 0:
+def ratio_text(iv: Interval) -> str:
+    """A log-ratio interval as a ratio with its interval."""
+    if iv.n == 0 or not math.isfinite(iv.mean):
         return "n/a"
     e = lambda x: f"{math.exp(x):.3g}" if math.isfinite(x) else ("inf" if x > 0 else "0")  # noqa: E731
     return f"{e(iv.mean)}× [95% CI {e(iv.low)}, {e(iv.high)}; n={iv.n} seeds]"
@@ -154,8 +154,8 @@ def claim_kl_at_reward(data: RunData, task: str, eta) -> Claim:
     inp = gather(data, task, eta, ["ppo", "cory"])
     iv, levels = matched_kl_ratio(inp.per_seed("ppo"), inp.per_seed("cory"))
     numbers = (f"KL_PPO / KL_CORY at rewards {_levels(levels)} (25-100% of the range both "
-               f"reached above the base): {_ratio(iv)}; threshold {KL_RATIO}×. Best gains over the "
-               f"base: PPO {inp.gains['ppo']}, CORY {inp.gains['cory']}.")
+               f"reached above the base): {ratio_text(iv)}; threshold {KL_RATIO}×. Best gains "
+               f"over the base: PPO {inp.gains['ppo']}, CORY {inp.gains['cory']}.")
     if inp.problem or not levels:
         return Claim(name, INCONCLUSIVE, numbers, inp.problem or
                      "the methods share no reward range above the base", {"log_ratio": iv})
@@ -252,7 +252,7 @@ def claim_ablations(data: RunData, task: str, eta) -> Claim:
         iv, levels = matched_kl_ratio(inp.per_seed(m), inp.per_seed("cory"))
         ivs[m] = iv
         statuses.append(verdict(iv, 0.0) if levels else INCONCLUSIVE)
-        parts.append(f"KL_{m} / KL_CORY at rewards {_levels(levels)}: {_ratio(iv)} "
+        parts.append(f"KL_{m} / KL_CORY at rewards {_levels(levels)}: {ratio_text(iv)} "
                      f"({statuses[-1]})")
     numbers = "; ".join(parts) + "; threshold 1×."
     if inp.problem:

@@ -89,6 +89,25 @@ def alone_table(data: RunData, task: str, eta) -> list[str]:
     return lines
 
 
+def arms_table(data: RunData, task: str, eta) -> list[str]:
+    """Every method against PPO on the frontier: KL at matched reward, reward at matched KL."""
+    from .claims import gather, matched_kl_ratio, matched_reward_gap, ratio_text
+
+    methods = [m for m in data.methods(task, eta) if data.trajectories(task, m, eta)]
+    if "ppo" not in methods or len(methods) < 2:
+        return []
+    lines = ["| method | KL_PPO / KL_method at matched reward | reward_method − reward_PPO at "
+             "matched KL | best gain over the base |", "|---|---|---|---|"]
+    for m in methods:
+        if m == "ppo":
+            continue
+        inp = gather(data, task, eta, ["ppo", m])
+        ratio, _ = matched_kl_ratio(inp.per_seed("ppo"), inp.per_seed(m))
+        gap, _ = matched_reward_gap(inp.per_seed(m), inp.per_seed("ppo"))
+        lines.append(f"| {m} | {ratio_text(ratio)} | {gap} | {inp.gains[m]} |")
+    return lines
+
+
 def eval_table(data: RunData, task: str) -> list[str]:
     """Exact-match tasks: pass@1 / pass@k (and greedy) alone, base and final, over seeds."""
     evals = [e for e in select(data.evals, task=task) if "pass@1" in e]
@@ -173,6 +192,10 @@ def render(data: RunData, plots: dict[str, list[str]] | None = None,
             title = task if eta is None else f"{task}, η = {eta:g}"
             out += [f"## {title}", "", "### Every model answering alone (final point)", "",
                     *alone_table(data, task, eta), ""]
+            arms = arms_table(data, task, eta)
+            if arms:
+                out += ["### Every method against PPO on the reward–KL frontier (alone; > 1×: "
+                        "less KL than PPO for the same reward)", "", *arms, ""]
             out += [f"![{p.split('/')[-1][:-4]}](<{p}>)" for p in plots.get(f"{task}|{eta}", [])]
             out += ["", "### In training (final iterations)", "", *metrics_table(data, task, eta),
                     ""]
@@ -231,12 +254,19 @@ def _finish(fig, axes, title: str, path) -> None:
 
 
 def _mark_exchanges(data: RunData, task: str, eta, axes, colors) -> None:
-    """Dotted vertical lines at every role exchange, in the method's colour."""
+    """Dotted grey vertical lines at every role exchange (methods sharing a schedule share
+    a label)."""
+    schedules: dict[tuple, list[str]] = defaultdict(list)
     for method in data.methods(task, eta):
-        for i, it in enumerate(exchanges(data, task, method, eta)):
+        its = tuple(exchanges(data, task, method, eta))
+        if its:
+            schedules[its].append(method)
+    for k, (its, methods) in enumerate(schedules.items()):
+        for i, it in enumerate(its):
             for ax in axes:
-                ax.axvline(it, color=colors[method], ls=":", lw=0.8, alpha=0.6,
-                           label=f"{method} role exchange" if i == 0 and ax is axes[0] else None)
+                ax.axvline(it, color="0.5", ls=(0, (1, 2 + k)), lw=0.8, alpha=0.7,
+                           label=f"role exchange ({', '.join(methods)})"
+                           if i == 0 and ax is axes[0] else None)
 
 
 def plot_alone(data: RunData, task: str, eta, path) -> None:

@@ -141,7 +141,14 @@ def cross_role_transfer(cfg: TrainConfig, seeds=SEEDS, n: int = QUERIES,
                  f"{row['alone_ppo']:.3f}, observer-only {row['alone_observer_only']:.3f} -> "
                  f"cross-role transfer {row['ratio']:.2f}; reverse {row['reverse']:.2f}")
     return {"per_seed": rows, "ratio": _iv([r["ratio"] for r in rows]),
-            "reverse": _iv([r["reverse"] for r in rows])}
+            "reverse": _iv([r["reverse"] for r in rows]),
+            "gain_alone_ppo": _iv([r["alone_ppo"] - r["alone_base"] for r in rows]),
+            "gain_alone_observer_only": _iv([r["alone_observer_only"] - r["alone_base"]
+                                             for r in rows]),
+            "gain_as_observer_pioneer_only": _iv([r["observer_pioneer_only"] - r["observer_base"]
+                                                  for r in rows]),
+            "gain_as_observer_observer_only": _iv([r["observer_observer_only"]
+                                                   - r["observer_base"] for r in rows])}
 
 
 def _ratio(num: float, den: float) -> float:
@@ -229,8 +236,11 @@ def format_transfer(r: dict) -> list[str]:
         f"reward; the instruction alone {_fmt(kt['from_instruction'])}; both "
         f"{_fmt(kt['total'])}.",
         f"- **Cross-role transfer** ({b['iterations']} iterations × {b['batch_size']} episodes, "
-        f"lr {b['lr']:g}): an observer-only-trained model answering alone gains "
-        f"{_fmt(cr['ratio'])} of what PPO's model gains; the reverse (a pioneer-only-trained "
-        f"model as observer, relative to the observer-only one) is {_fmt(cr['reverse'])}.",
+        f"lr {b['lr']:g}): answering alone, an observer-only-trained model gains "
+        f"{_fmt(cr['gain_alone_observer_only'])} reward over the base and PPO's model "
+        f"{_fmt(cr['gain_alone_ppo'])}; the share that carries over is {_fmt(cr['ratio'])}.",
+        f"- **The reverse**: as observer of the base model, a pioneer-only-trained model gains "
+        f"{_fmt(cr['gain_as_observer_pioneer_only'])} and the observer-only one "
+        f"{_fmt(cr['gain_as_observer_observer_only'])} (ratio {_fmt(cr['reverse'])}).",
         f"- **Verdict: {r['verdict']}** — {MEANING[r['verdict']]}.",
     ]

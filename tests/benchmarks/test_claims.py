@@ -162,6 +162,8 @@ def test_the_report_leads_with_the_verdicts_and_draws_the_frontier(tmp_path):
     assert text.index("## The paper's claims") < text.index("## sentiment")
     assert "**supported**" in text and "95% CI" in text and "detectable" in text
     assert "| cory | llm_1 |" in text and "| base | – |" in text
+    arms = text[text.index("against PPO on the reward–KL frontier"):]
+    assert arms.splitlines()[4].startswith("| cory | 3")  # ~3x less KL than PPO
     for name in ("alone_sentiment.png", "frontier_sentiment.png", "curves_sentiment.png"):
         assert (tmp_path / "plots" / name).read_bytes()[:4] == b"\x89PNG", name
 
@@ -169,7 +171,10 @@ def test_the_report_leads_with_the_verdicts_and_draws_the_frontier(tmp_path):
 def test_the_mechanism_measurement_heads_the_report():
     iv = {"mean": 0.1, "low": 0.05, "high": 0.15, "n": 3, "detectable": 0.05}
     measured = {"knowledge_transfer": {"from_answer": iv, "from_instruction": iv, "total": iv},
-                "cross_role": {"ratio": iv, "reverse": iv, "per_seed": [{"ratio": 0.1}] * 3},
+                "cross_role": {"ratio": iv, "reverse": iv, "per_seed": [{"ratio": 0.1}] * 3,
+                               **{f"gain_{k}": iv for k in ("alone_ppo", "alone_observer_only",
+                                                            "as_observer_pioneer_only",
+                                                            "as_observer_observer_only")}},
                 "verdict": "absent", "queries": 128, "seeds": [0, 1, 2],
                 "budget": {"iterations": 20, "batch_size": 32, "lr": 1e-4}}
     lines = rp.mechanism_lines({"sentiment": measured, "imdb": {"not_measured": "user model"}})

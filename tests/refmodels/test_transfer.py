@@ -94,4 +94,4 @@ def test_measure_transfer_trains_both_methods_and_saves_the_ratios(toy_lm, tmp_p
         assert row["ratio"] == pytest.approx(expected, nan_ok=True)
     assert tr.saved_transfer(model) == saved
     lines = tr.format_transfer(r)
-    assert "Cross-role transfer" in lines[1] and "Verdict" in lines[2]
+    assert "Cross-role transfer" in lines[1] and "reverse" in lines[2] and "Verdict" in lines[3]
