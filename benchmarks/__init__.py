@@ -9,17 +9,20 @@ A run folder holds (all written incrementally; a kill loses at most the iteratio
     run_config.json   the resolved settings (``--resume`` refuses different ones)
     metrics.jsonl     one line per task/method/seed/eta/iteration/agent, numbers + samples
     metrics.csv       the same rows' common numeric columns (runner.CSV_COLUMNS)
-    eval.jsonl        pass@1 / pass@k / greedy accuracy on the test split (exact-match tasks)
+    alone.jsonl       every model answering held-out queries alone every eval_every iterations:
+                      task reward, ΣKL, combined reward (+ pass@k on exact-match tasks)
+    mechanism.json    the model's knowledge and cross-role transfer (agents.refmodels.transfer)
     log.txt           one line per iteration and per event
     tb/<run key>/     TensorBoard scalars
     ckpt/<run key>.pt the latest full-state Trainer checkpoint; done/<run key> once finished
-    plots/*.png       curves (mean ± std over seeds) and, with an η sweep, a Pareto plot
-    report.md         the table, contribution audit, samples, evaluation and claim checks
+    plots/*.png       alone and in-training curves, the reward–KL frontier, an η sweep's front
+    report.md         the mechanism, the claims' verdicts, tables, audit, samples
 
 Modules: `config` (BenchConfig: the sweep plus a nested TrainConfig; validation, runs, CLI
 options), `presets` (the paper's GPU settings), `runner` (the run folder, resume, progress, the
-driver), `evaluate` (pass@k on the test split), `records` (a run's numbers), `claims` (the
-paper's claims, checked), `report` (tables, plots and report.md from the records alone) and
+driver), `evaluate` (every model alone on the test split), `records` (a run's numbers),
+`stats` (frontiers and trends), `claims` (the paper's claims, decided), `report` (tables,
+plots and report.md from the records alone) and
 `run` (the command line).
 """
 

@@ -145,41 +145,48 @@ def _levels(xs: list[float]) -> str:
     return ", ".join(f"{x:.3g}" for x in xs) or "(none shared)"
 
 
-def claim_kl_at_reward(data: RunData, task: str, eta) -> Claim:
-    """(1a): at matched reward, PPO's KL > 2x CORY's."""
-    name = f"(1a) at matched reward, PPO's KL is more than twice CORY's [{task}]"
+def _pair(data: RunData, task: str, eta, name: str) -> Inputs | Claim:
+    """PPO's and CORY's inputs, or the inconclusive claim when either was not run."""
     if _missing(data, task, eta, ["ppo", "cory"]):
         return Claim(name, INCONCLUSIVE, "", "not run: needs alone-evaluations of ppo and cory "
                      "on this task")
-    inp = gather(data, task, eta, ["ppo", "cory"])
+    return gather(data, task, eta, ["ppo", "cory"])
+
+
+def _against(name: str, numbers: str, inp: Inputs, iv: Interval, points: list,
+             threshold: float, shown: str) -> Claim:
+    """The verdict of an interval against a threshold, unless the inputs forbid one."""
+    if inp.problem or not points:
+        return Claim(name, INCONCLUSIVE, numbers, inp.problem or "no shared range to match",
+                     {"value": iv})
+    status = verdict(iv, threshold)
+    reason = f"the interval contains {shown}" if status == INCONCLUSIVE else ""
+    return Claim(name, status, numbers, reason, {"value": iv})
+
+
+def claim_kl_at_reward(data: RunData, task: str, eta) -> Claim:
+    """(1a): at matched reward, PPO's KL > 2x CORY's."""
+    name = f"(1a) at matched reward, PPO's KL is more than twice CORY's [{task}]"
+    inp = _pair(data, task, eta, name)
+    if isinstance(inp, Claim):
+        return inp
     iv, levels = matched_kl_ratio(inp.per_seed("ppo"), inp.per_seed("cory"))
     numbers = (f"KL_PPO / KL_CORY at rewards {_levels(levels)} (25-100% of the range both "
                f"reached above the base): {ratio_text(iv)}; threshold {KL_RATIO}×. Best gains "
                f"over the base: PPO {inp.gains['ppo']}, CORY {inp.gains['cory']}.")
-    if inp.problem or not levels:
-        return Claim(name, INCONCLUSIVE, numbers, inp.problem or
-                     "the methods share no reward range above the base", {"log_ratio": iv})
-    status = verdict(iv, math.log(KL_RATIO))
-    reason = "" if status != INCONCLUSIVE else f"the interval contains {KL_RATIO}×"
-    return Claim(name, status, numbers, reason, {"log_ratio": iv})
+    return _against(name, numbers, inp, iv, levels, math.log(KL_RATIO), f"{KL_RATIO}×")
 
 
 def claim_reward_at_kl(data: RunData, task: str, eta) -> Claim:
     """(1b): at matched KL, CORY's reward >= PPO's."""
     name = f"(1b) at matched KL, CORY's reward is higher than PPO's [{task}]"
-    if _missing(data, task, eta, ["ppo", "cory"]):
-        return Claim(name, INCONCLUSIVE, "", "not run: needs alone-evaluations of ppo and cory "
-                     "on this task")
-    inp = gather(data, task, eta, ["ppo", "cory"])
+    inp = _pair(data, task, eta, name)
+    if isinstance(inp, Claim):
+        return inp
     iv, budgets = matched_reward_gap(inp.per_seed("cory"), inp.per_seed("ppo"))
     numbers = (f"reward_CORY − reward_PPO at KL {_levels(budgets)} nats (25-100% of the KL "
                f"both reached): {iv}.")
-    if inp.problem or not budgets:
-        return Claim(name, INCONCLUSIVE, numbers, inp.problem or "no shared KL range",
-                     {"gap": iv})
-    status = verdict(iv, 0.0)
-    return Claim(name, status, numbers, "the interval contains 0" if status == INCONCLUSIVE
-                 else "", {"gap": iv})
+    return _against(name, numbers, inp, iv, budgets, 0.0, "0")
 
 
 # ------------------------------------------------------------------------------- trends
@@ -193,10 +200,9 @@ def late_change(traj: Trajectory, field_: str = "reward") -> float:
 def claim_peak_decline(data: RunData, task: str, eta) -> Claim:
     """(2): PPO's reward declines over the second half, CORY's does not."""
     name = f"(2) PPO's reward peaks then declines, CORY's does not [{task}]"
-    if _missing(data, task, eta, ["ppo", "cory"]):
-        return Claim(name, INCONCLUSIVE, "", "not run: needs alone-evaluations of ppo and cory "
-                     "on this task")
-    inp = gather(data, task, eta, ["ppo", "cory"])
+    inp = _pair(data, task, eta, name)
+    if isinstance(inp, Claim):
+        return inp
     ppo = mean_interval([late_change(t) for t in inp.per_seed("ppo")])
     cory = mean_interval([late_change(t) for t in inp.per_seed("cory")])
     peak = mean_interval([float(t.reward.max() - t.reward[-1]) for t in inp.per_seed("ppo")])
@@ -219,10 +225,9 @@ def claim_peak_decline(data: RunData, task: str, eta) -> Claim:
 def claim_combined(data: RunData, task: str, eta) -> Claim:
     """(4): CORY's combined reward rises over the run while PPO's falls."""
     name = f"(4) CORY's combined reward r − η·ΣKL rises while PPO's falls [{task}]"
-    if _missing(data, task, eta, ["ppo", "cory"]):
-        return Claim(name, INCONCLUSIVE, "", "not run: needs alone-evaluations of ppo and cory "
-                     "on this task")
-    inp = gather(data, task, eta, ["ppo", "cory"])
+    inp = _pair(data, task, eta, name)
+    if isinstance(inp, Claim):
+        return inp
     trend = {m: mean_interval([change(t.iterations, t.combined) for t in inp.per_seed(m)])
              for m in ("ppo", "cory")}
     eta_used = data.alone_eta(task)

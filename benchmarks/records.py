@@ -164,7 +164,7 @@ class RunData:
 
     @classmethod
     def load(cls, folder: str | os.PathLike) -> RunData:
-        """Read metrics.jsonl, eval.jsonl and run_config.json from a run folder."""
+        """Read metrics.jsonl, alone.jsonl and run_config.json from a run folder."""
         folder = Path(folder)
         config = {}
         if (folder / "run_config.json").exists():

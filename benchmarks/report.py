@@ -20,7 +20,7 @@ from cory_env.files import atomic_write
 
 from .claims import all_claims
 from .config import SETTINGS
-from .records import RunData, curves, final_value, mean_curve, mean_std, ordered, select
+from .records import RunData, curves, final_value, mean_std, ordered, select
 
 TABLE_FIELDS = ("task_reward", "kl", "combined_reward", "distinct_1", "distinct_2")
 
@@ -269,6 +269,14 @@ def _mark_exchanges(data: RunData, task: str, eta, axes, colors) -> None:
                            if i == 0 and ax is axes[0] else None)
 
 
+def _band(ax, x, ys: np.ndarray, color, ls, label, marker=None) -> None:
+    """The mean over seeds (rows of ys) as a line, ± std as a band."""
+    mean = ys.mean(0)
+    std = ys.std(0, ddof=1) if len(ys) > 1 else np.zeros(len(mean))
+    ax.plot(x, mean, color=color, ls=ls, marker=marker, ms=3, label=label)
+    ax.fill_between(x, mean - std, mean + std, color=color, alpha=0.12)
+
+
 def plot_alone(data: RunData, task: str, eta, path) -> None:
     """Every model answering alone against iteration: task reward, ΣKL, combined reward."""
     plt = _pyplot()
@@ -283,12 +291,8 @@ def plot_alone(data: RunData, task: str, eta, path) -> None:
             x = trajs[0].iterations[:n]
             label = method if len(data.models(task, method, eta)) == 1 else f"{method} {model}"
             for ax, (f, ylabel) in zip(axes, fields):
-                ys = np.array([getattr(t, f)[:n] for t in trajs])
-                mean = ys.mean(0)
-                std = ys.std(0, ddof=1) if len(ys) > 1 else np.zeros(n)
-                ax.plot(x, mean, color=colors[method], ls=("-", "--", "-.", ":")[j % 4],
-                        marker="o", ms=3, label=label)
-                ax.fill_between(x, mean - std, mean + std, color=colors[method], alpha=0.12)
+                _band(ax, x, np.array([getattr(t, f)[:n] for t in trajs]), colors[method],
+                      ("-", "--", "-.", ":")[j % 4], label, marker="o")
                 ax.set_ylabel(ylabel)
     for ax in axes:
         ax.set_xlabel("iteration")
@@ -307,10 +311,12 @@ def plot_training(data: RunData, task: str, eta, path) -> None:
     for method in data.methods(task, eta):
         for j, (label, match) in enumerate(data.series(task, method, eta)):
             for ax, (f, ylabel) in zip(axes, fields):
-                mean, std = mean_curve(curves(data.rows, f, **match))
-                x = np.arange(len(mean))
-                ax.plot(x, mean, color=colors[method], ls=("-", "--")[j % 2], label=label)
-                ax.fill_between(x, mean - std, mean + std, color=colors[method], alpha=0.12)
+                per_seed = list(curves(data.rows, f, **match).values())
+                if not per_seed:
+                    continue
+                n = min(len(c) for c in per_seed)
+                _band(ax, np.arange(n), np.array([c[:n] for c in per_seed]), colors[method],
+                      ("-", "--")[j % 2], label)
                 ax.set_ylabel(ylabel)
     for ax in axes:
         ax.set_xlabel("iteration")

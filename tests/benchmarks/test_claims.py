@@ -75,7 +75,7 @@ def test_slower_but_more_kl_efficient_is_supported_not_read_as_worse():
     # ... but at matched reward it needs about 3x the KL
     c1a = claim(data, "(1a)")
     assert c1a.status == cl.SUPPORTED
-    assert math.exp(c1a.intervals["log_ratio"].mean) == pytest.approx(3, rel=0.15)
+    assert math.exp(c1a.intervals["value"].mean) == pytest.approx(3, rel=0.15)
     assert claim(data, "(1b)").status == cl.SUPPORTED
 
 
