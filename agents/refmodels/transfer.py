@@ -165,12 +165,17 @@ def _frozen_copy(policy):
 
 
 def verdict(result: dict) -> str:
-    """"present", "weak" or "absent" from the cross-role ratio and the answer's worth."""
-    ratio, answer = result["cross_role"]["ratio"], result["knowledge_transfer"]["from_answer"]
+    """"present", "weak", "absent", or "undefined" when PPO's model does not learn at this
+    budget (there is no skill to carry over)."""
+    cr = result["cross_role"]
+    ppo = cr.get("gain_alone_ppo")
+    if ppo is not None and not (ppo["n"] >= 2 and ppo["low"] > 0):
+        return "undefined"
+    ratio, answer = cr["ratio"], result["knowledge_transfer"]["from_answer"]
     if not (answer["n"] >= 2 and answer["low"] > 0) or not ratio["mean"] >= WEAK:
         return "absent"
     return "present" if ratio["mean"] >= PRESENT and min(
-        r["ratio"] for r in result["cross_role"]["per_seed"]) >= WEAK else "weak"
+        r["ratio"] for r in cr["per_seed"]) >= WEAK else "weak"
 
 
 def measure_transfer(task: str, model: str | None = None, cfg: TrainConfig | None = None,
@@ -223,6 +228,9 @@ MEANING = {
     "absent": "the mechanism is absent: little of what a model learns as observer carries over "
               "to answering alone (or the answer is worth nothing), so the paper's claims "
               "cannot be tested on this model",
+    "undefined": "PPO's model does not learn measurably at this budget, so there is no skill "
+                 "to carry over and the paper's claims cannot be tested on this model at this "
+                 "budget",
 }
 
 
