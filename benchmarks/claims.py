@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .records import RunData, Trajectory
-from .stats import Interval, change, kl_at_reward, mean_interval, reward_at_kl, smooth
+from .stats import Interval, change, kl_at_reward, mean_interval, reward_at_kl
 
 SUPPORTED, CONTRADICTED, INCONCLUSIVE = "supported", "contradicted", "inconclusive"
 MATH_TASKS = ("arithmetic", "gsm8k")
@@ -286,6 +286,3 @@ def all_claims(data: RunData) -> list[Claim]:
         out.append(Claim("(2) PPO's reward peaks then declines, CORY's does not", INCONCLUSIVE,
                          "", f"not run: needs a math task ({', '.join(MATH_TASKS)})"))
     return out
-
-
-__all__ = ["Claim", "all_claims", "smooth"]

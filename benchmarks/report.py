@@ -347,8 +347,8 @@ def plot_frontier(data: RunData, task: str, eta, path) -> None:
 
 
 def plot_pareto(data: RunData, task: str, path: str | os.PathLike) -> None:
-    """Final alone reward against final alone ΣKL per fixed η: each seed's point and the
-    mean over seeds, one line per method (η labels offset so they do not overlap)."""
+    """Final alone reward against final alone ΣKL per fixed η: each seed's front (thin) and
+    the mean over seeds, one line per method (η labels offset so they do not overlap)."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     etas = sorted(e for e in data.etas(task) if e is not None)
@@ -356,13 +356,17 @@ def plot_pareto(data: RunData, task: str, path: str | os.PathLike) -> None:
     colors = _colors(methods)
     for mi, method in enumerate(methods):
         means = []
+        per_seed: dict[int, list] = defaultdict(list)
         for eta in etas:
-            finals = [(t.kl[-1], t.reward[-1]) for t in
-                      data.trajectories(task, method, eta).values()]
+            trajs = data.trajectories(task, method, eta)
+            finals = [(t.kl[-1], t.reward[-1]) for t in trajs.values()]
             if not finals:
                 continue
-            ax.scatter(*zip(*finals), color=colors[method], s=10, alpha=0.4)
+            for seed, t in trajs.items():
+                per_seed[seed].append((t.kl[-1], t.reward[-1]))
             means.append((eta, *np.mean(finals, 0)))
+        for front in per_seed.values():  # each seed's own front, thin
+            ax.plot(*zip(*front), color=colors[method], lw=0.6, alpha=0.35, marker=".", ms=4)
         if not means:
             continue
         ax.plot([m[1] for m in means], [m[2] for m in means], color=colors[method], marker="o",
@@ -372,7 +376,7 @@ def plot_pareto(data: RunData, task: str, path: str | os.PathLike) -> None:
                         textcoords="offset points", fontsize=7, color=colors[method])
     ax.set_xlabel("final Σ_t KL (nats), alone")
     ax.set_ylabel("final task reward, alone")
-    _finish(fig, [ax], f"{task}: final reward vs KL over fixed η (dots: seeds)", path)
+    _finish(fig, [ax], f"{task}: final reward vs KL over fixed η (thin: each seed)", path)
 
 
 def write_plots(data: RunData, folder: str | os.PathLike) -> dict[str, list[str]]:

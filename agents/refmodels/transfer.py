@@ -199,6 +199,10 @@ def measure_transfer(task: str, model: str | None = None, cfg: TrainConfig | Non
     result["seconds"] = time.perf_counter() - t0
     if save:
         atomic_write(path / "transfer.json", json.dumps(result, indent=2))
+        report = path / "report.json"
+        if report.exists():  # the build report carries the figures too
+            atomic_write(report, json.dumps({**json.loads(report.read_text()),
+                                             "transfer": result}, indent=2))
     return result
 
 

@@ -86,10 +86,13 @@ def test_verdict_reads_the_cross_role_ratio_and_its_worst_seed():
 
 def test_measure_transfer_trains_both_methods_and_saves_the_ratios(toy_lm, tmp_path):
     model = shutil.copytree(toy_lm, tmp_path / "lm")
+    (model / "report.json").write_text('{"task": "toy"}')  # a build report to extend
     cfg = TrainConfig(iterations=2, batch_size=4, max_new_tokens=4,
                       ppo=PPOConfig(batch_size=4, mini_batch_size=4, lr=3e-3, ppo_epochs=1))
     r = tr.measure_transfer("toy", str(model), cfg, seeds=(0, 1), n=5, progress=lambda m: None)
     saved = json.loads((model / "transfer.json").read_text())
+    report = json.loads((model / "report.json").read_text())
+    assert report["task"] == "toy" and report["transfer"] == saved
     assert saved["verdict"] == r["verdict"] in tr.MEANING
     assert len(r["cross_role"]["per_seed"]) == 2 and r["budget"]["iterations"] == 2
     for row in r["cross_role"]["per_seed"]:
@@ -99,3 +102,13 @@ def test_measure_transfer_trains_both_methods_and_saves_the_ratios(toy_lm, tmp_p
     assert tr.saved_transfer(model) == saved
     lines = tr.format_transfer(r)
     assert "Cross-role transfer" in lines[1] and "reverse" in lines[2] and "Verdict" in lines[3]
+
+
+def test_measure_command_rejects_bad_input_before_building(capsys):
+    from agents.refmodels.__main__ import main
+
+    for argv, message in ((["--measure", "nosuch"], "unknown task 'nosuch'"),
+                          (["--measure", "sentiment", "--seeds", "a,b"], "--seeds must be")):
+        with pytest.raises(SystemExit):
+            main(argv)
+        assert message in capsys.readouterr().err
