@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from agents.runlog import append_jsonl, keep_jsonl, read_jsonl
-from agents.train import Trainer
+from agents.train import TrainConfig, Trainer
 from cory_env.files import atomic_write
 
 from . import report
@@ -208,7 +208,8 @@ def mechanism(cfg: BenchConfig, folder: RunFolder) -> dict:
             continue
         if saved is None:
             folder.log(f"{task}: measuring the model's knowledge and cross-role transfer")
-            saved = measure_transfer(task, progress=folder.log)
+            saved = measure_transfer(task, cfg=TrainConfig(device=cfg.train.device),
+                                     progress=folder.log)
         out[task] = saved
     return out
 
