@@ -25,16 +25,22 @@ def split_seed(split: str) -> int:
 
 @register_task("sentiment")
 class SentimentTask(Task):
-    """Continue a generated movie review; reward = the trained scorer's positive logit."""
+    """Continue a generated movie review; reward = the trained scorer's positive logit
+    (`saturation` s: s·tanh(logit / s), a logit that levels off like a classifier's)."""
 
     name = "sentiment"
     observer_template = IMDB_OBSERVER
     default_max_new_tokens = 12
     default_context_len = 64
 
-    def __init__(self, n_queries: int = 4096, prompt_tokens=(2, 8)):
+    def __init__(self, n_queries: int = 4096, prompt_tokens=(2, 8),
+                 saturation: float | None = None):
         super().__init__()
+        if saturation is not None and not (isinstance(saturation, (int, float))
+                                           and saturation > 0):
+            raise ValueError(f"saturation must be None or a positive number, got {saturation!r}")
         self.n_queries, self.prompt_tokens = n_queries, prompt_tokens
+        self.saturation = saturation
         self._scorer = None
 
     def build_tokenizer(self):
@@ -57,7 +63,10 @@ class SentimentTask(Task):
             from ..data.scorer import sentiment_scorer
 
             self._scorer = sentiment_scorer()
-        return self._scorer([q.text + r for q, r in zip(queries, responses)])
+        logits = self._scorer([q.text + r for q, r in zip(queries, responses)])
+        if self.saturation is None:
+            return logits
+        return self.saturation * np.tanh(np.asarray(logits) / self.saturation)
 
 
 @register_task("arithmetic")

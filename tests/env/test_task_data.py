@@ -237,6 +237,19 @@ def test_scorer_ranks_positive_above_negative(cache):
     assert pos.mean() > 0.5 > -0.5 > neg.mean()
 
 
+def test_saturated_sentiment_reward_levels_off_like_a_classifier_logit(cache):
+    from cory_env import make_task
+
+    plain, capped = make_task("sentiment"), make_task("sentiment", saturation=2.0)
+    queries = plain.queries("test")[:3]
+    answers = [" great great great wonderful", " awful", " ok"]
+    logits, rewards = plain.reward(queries, answers), capped.reward(queries, answers)
+    assert np.allclose(rewards, 2.0 * np.tanh(logits / 2.0), atol=1e-6)
+    assert np.all(np.abs(rewards) < 2.0) and np.all(np.sign(rewards) == np.sign(logits))
+    with pytest.raises(ValueError, match="saturation must be None or a positive number, got 0"):
+        make_task("sentiment", saturation=0)
+
+
 def test_scorer_is_finite_fast_and_accurate_on_fresh_reviews(cache):
     model = scorer.sentiment_scorer()
     assert np.isfinite(model(TRICKY + ["!!!", "123", "x" * 10_000])).all()
