@@ -174,7 +174,12 @@ def claim_kl_at_reward(data: RunData, task: str, eta) -> Claim:
     numbers = (f"KL_PPO / KL_CORY at rewards {_levels(levels)} (25-100% of the range both "
                f"reached above the base): {ratio_text(iv)}; threshold {KL_RATIO}×. Best gains "
                f"over the base: PPO {inp.gains['ppo']}, CORY {inp.gains['cory']}.")
-    return _against(name, numbers, inp, iv, levels, math.log(KL_RATIO), f"{KL_RATIO}×")
+    claim = _against(name, numbers, inp, iv, levels, math.log(KL_RATIO), f"{KL_RATIO}×")
+    if claim.status == CONTRADICTED:  # say which side of 1x the ratio lies
+        claim.reason = ("CORY needs more KL than PPO" if iv.below(0) else
+                        "CORY needs less KL, but not half" if iv.above(0) else
+                        "the ratio is below 2× and its interval contains 1×")
+    return claim
 
 
 def claim_reward_at_kl(data: RunData, task: str, eta) -> Claim:

@@ -82,6 +82,10 @@ def test_slower_but_more_kl_efficient_is_supported_not_read_as_worse():
 def test_a_less_efficient_cory_contradicts_the_kl_claims():
     data = runs({"ppo": lambda s: cory_slow_efficient(s), "cory": ppo_fast})
     assert claim(data, "(1a)").status == cl.CONTRADICTED
+    assert claim(data, "(1a)").reason == "CORY needs more KL than PPO"
+    modest = runs({"ppo": ppo_fast, "cory": lambda s: (ppo_fast(s)[0], ppo_fast(s)[1] / 1.3)})
+    c = claim(modest, "(1a)")  # 1.3x more efficient: the claim's 2x is still contradicted
+    assert c.status == cl.CONTRADICTED and c.reason == "CORY needs less KL, but not half"
     assert claim(data, "(1b)").status == cl.CONTRADICTED
 
 
