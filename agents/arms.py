@@ -66,19 +66,19 @@ class PPODoubleBatch(PPO):
     batch_multiplier = 2
 
 
-@register_learner("ppo-sampled-kl")
-class PPOSampledKL(PPO):
-    """PPO with the sampled log-ratio as the per-token KL reward."""
+class SampledKL:
+    """Mix in before a learner class: the sampled log-ratio as the per-token KL reward."""
 
     def agent_config(self, agent: str) -> PPOConfig:
         """kl_penalty="kl"."""
-        return replace(self.cfg.ppo, kl_penalty="kl")
+        return replace(super().agent_config(agent), kl_penalty="kl")
+
+
+@register_learner("ppo-sampled-kl")
+class PPOSampledKL(SampledKL, PPO):
+    """PPO with the sampled log-ratio as the per-token KL reward."""
 
 
 @register_learner("cory-sampled-kl")
-class CORYSampledKL(CORY):
+class CORYSampledKL(SampledKL, CORY):
     """CORY with the sampled log-ratio as the per-token KL reward."""
-
-    def agent_config(self, agent: str) -> PPOConfig:
-        """kl_penalty="kl"."""
-        return replace(self.cfg.ppo, kl_penalty="kl")

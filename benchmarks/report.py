@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 from collections import defaultdict
-from dataclasses import MISSING
+from dataclasses import MISSING, replace
 from pathlib import Path
 
 import numpy as np
@@ -277,52 +277,61 @@ def _band(ax, x, ys: np.ndarray, color, ls, label, marker=None) -> None:
     ax.fill_between(x, mean - std, mean + std, color=color, alpha=0.12)
 
 
-def plot_alone(data: RunData, task: str, eta, path) -> None:
-    """Every model answering alone against iteration: task reward, ΣKL, combined reward."""
-    plt = _pyplot()
-    fields = [("reward", "task reward"), ("kl", "Σ_t KL (nats)"),
-              ("combined", f"r − η·ΣKL, η = {data.alone_eta(task):g}")]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
-    colors = _colors(data.methods(task, eta))
+def _alone_series(data: RunData, task: str, eta):
+    """(method, j, label, trajectories cut to the points every seed reached) per method model."""
     for method in data.methods(task, eta):
-        for j, model in enumerate(data.models(task, method, eta)):
+        models = data.models(task, method, eta)
+        for j, model in enumerate(models):
             trajs = list(data.trajectories(task, method, eta, model).values())
             n = min(len(t.iterations) for t in trajs)
-            x = trajs[0].iterations[:n]
-            label = method if len(data.models(task, method, eta)) == 1 else f"{method} {model}"
-            for ax, (f, ylabel) in zip(axes, fields):
-                _band(ax, x, np.array([getattr(t, f)[:n] for t in trajs]), colors[method],
-                      ("-", "--", "-.", ":")[j % 4], label, marker="o")
-                ax.set_ylabel(ylabel)
-    for ax in axes:
+            label = method if len(models) == 1 else f"{method} {model}"
+            yield method, j, label, [replace(t, iterations=t.iterations[:n], kl=t.kl[:n],
+                                             reward=t.reward[:n], combined=t.combined[:n])
+                                     for t in trajs]
+
+
+def _three_panels(data: RunData, task: str, eta, path, ylabels, title: str, draw) -> None:
+    """Three panels against iteration that `draw(axes, colors)` fills; role exchanges marked."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
+    colors = _colors(data.methods(task, eta))
+    draw(axes, colors)
+    for ax, ylabel in zip(axes, ylabels):
         ax.set_xlabel("iteration")
+        ax.set_ylabel(ylabel)
     _mark_exchanges(data, task, eta, axes, colors)
-    title = f"{task}: every model answering alone (mean ± std over seeds)"
     _finish(fig, axes, title if eta is None else f"{title}, η = {eta:g}", path)
+
+
+def plot_alone(data: RunData, task: str, eta, path) -> None:
+    """Every model answering alone against iteration: task reward, ΣKL, combined reward."""
+    def draw(axes, colors):
+        for method, j, label, trajs in _alone_series(data, task, eta):
+            for ax, f in zip(axes, ("reward", "kl", "combined")):
+                _band(ax, trajs[0].iterations, np.array([getattr(t, f) for t in trajs]),
+                      colors[method], ("-", "--", "-.", ":")[j % 4], label, marker="o")
+
+    _three_panels(data, task, eta, path, ["task reward", "Σ_t KL (nats)",
+                                          f"r − η·ΣKL, η = {data.alone_eta(task):g}"],
+                  f"{task}: every model answering alone (mean ± std over seeds)", draw)
 
 
 def plot_training(data: RunData, task: str, eta, path) -> None:
     """In-training task reward, KL and combined reward per model, role exchanges marked."""
-    plt = _pyplot()
-    fields = [("task_reward", "task reward"), ("kl", "Σ_t KL (nats)"),
-              ("combined_reward", "r − β·ΣKL (current β)")]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
-    colors = _colors(data.methods(task, eta))
-    for method in data.methods(task, eta):
-        for j, (label, match) in enumerate(data.series(task, method, eta)):
-            for ax, (f, ylabel) in zip(axes, fields):
-                per_seed = list(curves(data.rows, f, **match).values())
-                if not per_seed:
-                    continue
-                n = min(len(c) for c in per_seed)
-                _band(ax, np.arange(n), np.array([c[:n] for c in per_seed]), colors[method],
-                      ("-", "--")[j % 2], label)
-                ax.set_ylabel(ylabel)
-    for ax in axes:
-        ax.set_xlabel("iteration")
-    _mark_exchanges(data, task, eta, axes, colors)
-    title = f"{task}: in training, per model (mean ± std over seeds)"
-    _finish(fig, axes, title if eta is None else f"{title}, η = {eta:g}", path)
+    def draw(axes, colors):
+        for method in data.methods(task, eta):
+            for j, (label, match) in enumerate(data.series(task, method, eta)):
+                for ax, f in zip(axes, ("task_reward", "kl", "combined_reward")):
+                    per_seed = list(curves(data.rows, f, **match).values())
+                    if not per_seed:
+                        continue
+                    n = min(len(c) for c in per_seed)
+                    _band(ax, np.arange(n), np.array([c[:n] for c in per_seed]),
+                          colors[method], ("-", "--")[j % 2], label)
+
+    _three_panels(data, task, eta, path, ["task reward", "Σ_t KL (nats)",
+                                          "r − β·ΣKL (current β)"],
+                  f"{task}: in training, per model (mean ± std over seeds)", draw)
 
 
 def plot_frontier(data: RunData, task: str, eta, path) -> None:
@@ -331,15 +340,10 @@ def plot_frontier(data: RunData, task: str, eta, path) -> None:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     colors = _colors(data.methods(task, eta))
-    for method in data.methods(task, eta):
-        for j, model in enumerate(data.models(task, method, eta)):
-            trajs = list(data.trajectories(task, method, eta, model).values())
-            n = min(len(t.iterations) for t in trajs)
-            kl = np.mean([t.kl[:n] for t in trajs], 0)
-            rw = np.mean([t.reward[:n] for t in trajs], 0)
-            label = method if len(data.models(task, method, eta)) == 1 else f"{method} {model}"
-            ax.plot(kl, rw, color=colors[method], ls=("-", "--", "-.", ":")[j % 4], marker="o",
-                    ms=3, label=label)
+    for method, j, label, trajs in _alone_series(data, task, eta):
+        ax.plot(np.mean([t.kl for t in trajs], 0), np.mean([t.reward for t in trajs], 0),
+                color=colors[method], ls=("-", "--", "-.", ":")[j % 4], marker="o", ms=3,
+                label=label)
     ax.set_xlabel("Σ_t KL to the reference (nats), alone")
     ax.set_ylabel("task reward, alone")
     title = f"{task}: reward–KL frontier"

@@ -51,11 +51,12 @@ def as_policy(model) -> LLMPolicy:
     return LLMPolicy(model, reference=None, mixed_precision=None)
 
 
-def _episode(model, env, queries, generator, forced=None) -> dict:
-    """One batch of episodes; returns each role's responses and task rewards."""
+def play_episode(model, env, queries, generator, forced=None, observer=None) -> dict:
+    """One batch of episodes, `model` in both roles (or `observer` as the observer, or the
+    pioneer's `forced` tokens); returns each role's responses and task rewards."""
     env.reset(options={"queries": list(queries)})
     play_turn(env, model, SAMPLED, generator, forced=forced)
-    play_turn(env, model, SAMPLED, generator)
+    play_turn(env, observer or model, SAMPLED, generator)
     out = {}
     for info in env.infos().values():
         out[info["role"]] = {"responses": info["response"],
@@ -63,7 +64,7 @@ def _episode(model, env, queries, generator, forced=None) -> dict:
     return out
 
 
-def _forced(ids: list[list[int]], width: int, eos: int) -> torch.Tensor:
+def forced_tokens(ids: list[list[int]], width: int, eos: int) -> torch.Tensor:
     """(B, width) forced pioneer tokens: each row's ids, then EOS."""
     out = torch.full((len(ids), width), eos, dtype=torch.long)
     for i, row in enumerate(ids):
@@ -101,7 +102,8 @@ def _sentiment_copy(model, data: TrainingData, b: Budget, gen) -> dict:
         queries.append(Query(text=data.tok.decode(ids[:k]), ids=tuple(ids[:k])))
         conts.append(ids[k:k + data.max_new])
     env = cory_env.BatchedCoryEnv(batch_size=len(queries), task=data.name, split="test")
-    ep = _episode(model, env, queries, gen, forced=_forced(conts, env.max_new_tokens, data.eos))
+    ep = play_episode(model, env, queries, gen,
+                      forced=forced_tokens(conts, env.max_new_tokens, data.eos))
     kept = total = 0
     for cont, rewrite in zip(conts, ep["observer"]["responses"]):
         cont_text = data.tok.decode(cont)
@@ -128,10 +130,12 @@ def _arithmetic_copy(model, data: TrainingData, b: Budget, gen) -> dict:
     wrong_text = [corpus.wrong_solution(rng, p) for p in problems]
     wrong = [data.solution_ids(w) for w in wrong_text]
     out = {}
-    ep = _episode(model, env, queries, gen, forced=_forced(right, env.max_new_tokens, data.eos))
+    ep = play_episode(model, env, queries, gen,
+                      forced=forced_tokens(right, env.max_new_tokens, data.eos))
     out["copy_correct_reference"] = float(ep["observer"]["rewards"].mean())
     out["correct_reference_reward"] = float(ep["pioneer"]["rewards"].mean())
-    ep = _episode(model, env, queries, gen, forced=_forced(wrong, env.max_new_tokens, data.eos))
+    ep = play_episode(model, env, queries, gen,
+                      forced=forced_tokens(wrong, env.max_new_tokens, data.eos))
     answers = [last_number(r) for r in ep["observer"]["responses"]]
     out["wrong_reference_answer_right"] = float(ep["observer"]["rewards"].mean())
     out["wrong_reference_copied"] = float(np.mean(
@@ -148,7 +152,7 @@ def _gap(model, data: TrainingData, b: Budget, gen) -> tuple[dict, list[dict]]:
     for kt in (True, False):
         env = cory_env.BatchedCoryEnv(batch_size=len(idx), task=data.name, split="test",
                                       knowledge_transfer=kt)
-        ep = _episode(model, env, idx, gen)
+        ep = play_episode(model, env, idx, gen)
         tag = "kt" if kt else "no_kt"
         res[f"pioneer_reward_{tag}"] = float(ep["pioneer"]["rewards"].mean())
         res[f"observer_reward_{tag}"] = float(ep["observer"]["rewards"].mean())

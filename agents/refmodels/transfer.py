@@ -32,14 +32,15 @@ import torch
 
 from cory_env.files import atomic_write
 
-from ..rollout import answer_alone, play_turn
+from ..rollout import answer_alone
 from ..sampling import SamplingConfig
 from ..stats import Interval, mean_interval
 from ..train import TrainConfig, Trainer
+from .measure import as_policy, forced_tokens, play_episode
 
 SEEDS = (0, 1, 2)
 QUERIES = 128  # held-out queries per measurement
-PRESENT, WEAK, ABSENT = 0.5, 0.3, 0.0  # cross-role transfer: present >= 0.5, absent < 0.3
+PRESENT, WEAK = 0.5, 0.3  # cross-role transfer: present >= 0.5, absent < 0.3
 EVAL_SEED = 20_000
 
 
@@ -51,16 +52,16 @@ def _env(task, tokenizer, max_new, n: int, **kw):
                                    max_new_tokens=max_new, split="test", **kw)
 
 
-@torch.inference_mode()
 def observer_rewards(env, pioneer, observer, generator, queries, empty_answer=False) -> np.ndarray:
     """The observer's task rewards with `pioneer` answering first (or an empty answer)."""
-    env.reset(options={"queries": list(queries)})
-    forced = torch.full((env.batch_size, env.max_new_tokens), env.episodes.eos) \
+    forced = forced_tokens([[]] * env.batch_size, env.max_new_tokens, env.episodes.eos) \
         if empty_answer else None
-    play_turn(env, pioneer, SamplingConfig(), generator, forced=forced)
-    play_turn(env, observer, SamplingConfig(), generator)
-    info = next(i for i in env.infos().values() if i["role"] == "observer")
-    return info["task_reward"].numpy().astype(float)
+    return play_episode(pioneer, env, queries, generator, forced, observer)["observer"]["rewards"]
+
+
+def _generator(policy, seed: int) -> torch.Generator:
+    """The measurements' sampler for one seed, on the policy's device."""
+    return torch.Generator(device=policy.device).manual_seed(EVAL_SEED + seed)
 
 
 def knowledge_transfer(policy, task, tokenizer=None, max_new_tokens=None, seeds=SEEDS,
@@ -73,13 +74,12 @@ def knowledge_transfer(policy, task, tokenizer=None, max_new_tokens=None, seeds=
     per = {"full": [], "empty_answer": [], "plain": []}
     with torch.random.fork_rng(devices=[]):
         for s in seeds:
-            def gen(s=s):
-                return torch.Generator(device=policy.device).manual_seed(EVAL_SEED + s)
-
-            per["full"].append(observer_rewards(kt, policy, policy, gen(), queries).mean())
-            per["empty_answer"].append(observer_rewards(kt, policy, policy, gen(), queries,
-                                                        empty_answer=True).mean())
-            per["plain"].append(observer_rewards(no_kt, policy, policy, gen(), queries).mean())
+            per["full"].append(observer_rewards(kt, policy, policy, _generator(policy, s),
+                                                queries).mean())
+            per["empty_answer"].append(observer_rewards(
+                kt, policy, policy, _generator(policy, s), queries, empty_answer=True).mean())
+            per["plain"].append(observer_rewards(no_kt, policy, policy, _generator(policy, s),
+                                                 queries).mean())
     full, empty, plain = (np.array(per[k]) for k in ("full", "empty_answer", "plain"))
     return {"per_seed": {k: [float(x) for x in v] for k, v in per.items()},
             "from_answer": _iv(full - empty), "from_instruction": _iv(empty - plain),
@@ -93,17 +93,17 @@ def _iv(values) -> dict:
 
 def _alone(policy, env, seed: int, n: int) -> float:
     """Mean task reward of a policy answering n held-out queries alone (fixed sampler seed)."""
-    gen = torch.Generator(device=policy.device).manual_seed(EVAL_SEED + seed)
     with torch.random.fork_rng(devices=[]):
-        rewards, _ = answer_alone(env, policy, SamplingConfig(), gen, list(range(n)))
+        rewards, _ = answer_alone(env, policy, SamplingConfig(), _generator(policy, seed),
+                                  list(range(n)))
     return float(rewards.mean())
 
 
 def _as_observer(policy, base, env, seed: int, n: int) -> float:
     """Mean observer reward of a policy given the base model's answers (fixed seed)."""
-    gen = torch.Generator(device=policy.device).manual_seed(EVAL_SEED + seed)
     with torch.random.fork_rng(devices=[]):
-        return float(observer_rewards(env, base, policy, gen, list(range(n))).mean())
+        return float(observer_rewards(env, base, policy, _generator(policy, seed),
+                                      list(range(n))).mean())
 
 
 def cross_role_transfer(cfg: TrainConfig, seeds=SEEDS, n: int = QUERIES,
@@ -158,10 +158,8 @@ def _ratio(num: float, den: float) -> float:
 
 def _frozen_copy(policy):
     """The policy's frozen reference as a policy of its own (the base model)."""
-    from ..policy import LLMPolicy
-
-    return LLMPolicy(policy.ref_model, reference=None, mixed_precision=None) \
-        if getattr(policy, "ref_model", None) is not None else policy
+    ref = getattr(policy, "ref_model", None)
+    return as_policy(ref) if ref is not None else policy
 
 
 def verdict(result: dict) -> str:
