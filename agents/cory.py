@@ -11,31 +11,42 @@ seeing the query and the pioneer's answer. Three mechanisms on top of independen
   the env's agent-order flag, so no model is reloaded and each keeps its own optimizer, KL
   controller and score statistics; the official implementation loses all three by reloading.
 
+With K > 2 agents (a chain: position k sees the answers of positions 0..k-1) role exchange
+becomes a rotation: every T_REx iterations each model moves one position down the chain
+(`role_rotation`), so over K blocks every model plays every position.
+
 The update itself is IPPO's: each model runs PPO on its own turn. The paper's ablations switch
 one mechanism off each.
 """
 
 from __future__ import annotations
 
-from .learner import IPPO, register_learner
+from .learner import IPPO, order_options, register_learner
+
+
+def role_rotation(iteration: int, t_rex: int, n_agents: int = 2) -> int:
+    """CORY's role schedule: the order offset r (llm_r is the pioneer) of an iteration, one
+    step further every t_rex iterations, mod K."""
+    return (iteration // t_rex) % n_agents
 
 
 def pioneer_is_swapped(iteration: int, t_rex: int) -> bool:
-    """CORY's role schedule: llm_1 is the pioneer in every other block of t_rex iterations."""
-    return (iteration // t_rex) % 2 == 1
+    """K = 2: llm_1 is the pioneer in every other block of t_rex iterations."""
+    return role_rotation(iteration, t_rex, 2) == 1
 
 
 class CoryStructure:
-    """CORY's env structure for any two-agent learner: mix it in before the learner class."""
+    """CORY's env structure for any multi-agent learner: mix it in before the learner class."""
 
     knowledge_transfer = True
     reward_mode = "collective"
     role_exchange = True
 
     def reset_options(self, iteration: int) -> dict:
-        """The role schedule: exchange every cfg.t_rex iterations (if role_exchange)."""
-        return {**super().reset_options(iteration), "swap_roles": self.role_exchange
-                and pioneer_is_swapped(iteration, self.cfg.t_rex)}
+        """The role schedule: rotate every cfg.t_rex iterations (if role_exchange)."""
+        rotation = role_rotation(iteration, self.cfg.t_rex, self.n_agents)
+        return {**super().reset_options(iteration),
+                **order_options(rotation if self.role_exchange else 0, self.n_agents)}
 
 
 @register_learner("cory")

@@ -171,6 +171,11 @@ def joint_whiten(advantages: list[torch.Tensor], masks: list[torch.Tensor],
                         torch.zeros_like(a)) for a, mk in zip(advantages, masks)]
 
 
+def order_options(rotation: int, n_agents: int) -> dict:
+    """The reset options of an agent order: rotation, plus swap_roles when K <= 2."""
+    return {"rotation": rotation, **({"swap_roles": rotation == 1} if n_agents <= 2 else {})}
+
+
 class Learner:
     """Base learner: one PPOAgent per LLM; subclasses override `update` (and maybe more).
 
@@ -180,7 +185,7 @@ class Learner:
     """
 
     name = "base"
-    n_agents = 2  # 1 for single-agent learners
+    n_agents = 2  # the default K (1 for single-agent learners); TrainConfig.n_agents sets K
     knowledge_transfer = False  # the observer sees the pioneer's answer
     reward_mode = "individual"  # "collective" (r_pio + r_obs to both) or "individual"
     role_exchange = False  # swap pioneer and observer every t_rex iterations
@@ -194,6 +199,7 @@ class Learner:
         self.cfg = cfg.validate()
         self.comm = comm or Comm()
         self.policies = dict(policies)  # the rollout's policies (never wrapped)
+        self.n_agents = len(self.policies)  # K: the class default, or the Trainer's n_agents
         self.seed = seed
         self.agents = {name: PPOAgent(p, self.agent_config(name), self.sampling, self.comm)
                        for name, p in policies.items()}
@@ -211,7 +217,7 @@ class Learner:
     def env_settings(self) -> dict:
         """Env keywords this learner needs (structure flags of CORY)."""
         return {"knowledge_transfer": self.knowledge_transfer, "reward_mode": self.reward_mode,
-                "single_agent": self.n_agents == 1}
+                "single_agent": self.n_agents == 1, "n_agents": max(self.n_agents, 2)}
 
     def attach(self, env) -> None:
         """Called once with the env this learner trains on; nothing by default."""
@@ -222,9 +228,11 @@ class Learner:
         return self.cfg.group_size or self.group_size
 
     def reset_options(self, iteration: int) -> dict:
-        """Per-iteration env options: fixed roles (see `agents.cory` for the exchange), and
-        G answers per query when G > 1."""
-        return {"swap_roles": False, **({"group_size": self.group} if self.group > 1 else {})}
+        """Per-iteration env options: fixed roles (rotation 0, and swap_roles False, its
+        two-agent spelling; see `agents.cory` for the exchange), and G answers per query when
+        G > 1."""
+        return {**order_options(0, self.n_agents),
+                **({"group_size": self.group} if self.group > 1 else {})}
 
     def update(self, turns: dict[str, Turn], iteration: int) -> dict[str, dict[str, float]]:
         """Learn from one rollout; return per-agent stats."""

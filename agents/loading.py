@@ -77,12 +77,26 @@ def _load_lm(name_or_path, load_in_4bit, device, dtype, hf_kwargs):
     return lm
 
 
-def lora_config(lora: LoraSettings):
-    """peft LoraConfig for a causal LM from our settings."""
+def lora_config(lora):
+    """peft LoraConfig for a causal LM from our settings (a peft config passes through)."""
     from peft import LoraConfig
+
+    if not isinstance(lora, LoraSettings):
+        return lora
 
     return LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
                       target_modules=lora.target_modules, bias="none", task_type="CAUSAL_LM")
+
+
+def read_adapter(path: str):
+    """A PEFT adapter folder's (LoraConfig, weights), naming what is missing."""
+    from peft import PeftConfig
+    from peft.utils import load_peft_weights
+
+    if not os.path.exists(os.path.join(path, "adapter_config.json")):
+        raise ValueError(f"adapter folder {path!r} has no adapter_config.json (save it with "
+                         f"peft's save_pretrained)")
+    return PeftConfig.from_pretrained(path), load_peft_weights(path)
 
 
 def write_policy(policy, tmp: str) -> None:

@@ -1,13 +1,13 @@
-"""MAPPO: two actors and one centralized critic that reads the joint transcript.
+"""MAPPO: K actors (two by default) and one centralized critic over the joint transcript.
 
-The critic sees the global state (the query, the pioneer's answer and the observer's answer
-as one gap-free sequence), so its value at each token conditions on everything said so far by
-either agent. Every agent's rewards are shaped as PPO's are (`PPOAgent.batch`: score scaling,
-normalisation and clipping, the per-token KL penalty). With the collective reward, GAE runs
-over the joint episode (pioneer tokens, then observer tokens) with the team score once at its
-end; with individual rewards each agent's returns stop at the end of its own turn. Each actor
-is then updated with clipped PPO on its share of the advantages, and the critic regresses the
-returns in passes sized like the actor's (values only: no LM head).
+The critic sees the global state (the query, the pioneer's answer and every later answer, in
+chain order, as one gap-free sequence), so its value at each token conditions on everything
+said so far by any agent. Every agent's rewards are shaped as PPO's are (`PPOAgent.batch`:
+score scaling, normalisation and clipping, the per-token KL penalty). With the collective
+reward, GAE runs over the joint episode (every position's tokens in chain order) with the
+team score once at its end; with individual rewards each agent's returns stop at the end of
+its own turn. Each actor is then updated with clipped PPO on its share of the advantages, and
+the critic regresses the returns in passes sized like the actor's (values only: no LM head).
 """
 
 from __future__ import annotations
@@ -44,38 +44,39 @@ def joint_gae(rewards, values, mask, gamma, lam):
     return uncompact(adv, order), uncompact(ret, order)
 
 
-def joint_sequence(pio, obs):
+def joint_sequence(pio, *later):
     """The joint transcript with its gaps moved left: (ids, mask, response mask, columns).
 
-    ids/mask (B, L): [pioneer prompt | pioneer answer | observer answer] with every padding
-    column (the pioneer's after its EOS too) moved to the left, so no value is read at a pad.
-    response mask (B, 2T): the pioneer's then the observer's response columns, as in the turns.
-    columns (B, 2T): the position in ids whose value predicts each response token.
+    ids/mask (B, L): [pioneer prompt | pioneer answer | each later answer] with every padding
+    column (the one after an EOS too) moved to the left, so no value is read at a pad.
+    response mask (B, K*T): each position's response columns in chain order, as in the turns.
+    columns (B, K*T): the position in ids whose value predicts each response token.
     """
-    T = pio.response_mask.shape[1]
-    ids = torch.cat([pio.input_ids, obs.input_ids[:, -T:]], 1)
-    mask = torch.cat([pio.attention_mask, obs.attention_mask[:, -T:]], 1)
-    rmask = torch.cat([pio.response_mask, obs.response_mask], 1)
+    T, K = pio.response_mask.shape[1], 1 + len(later)
+    ids = torch.cat([pio.input_ids, *(t.input_ids[:, -T:] for t in later)], 1)
+    mask = torch.cat([pio.attention_mask, *(t.attention_mask[:, -T:] for t in later)], 1)
+    rmask = torch.cat([pio.response_mask, *(t.response_mask for t in later)], 1)
     order = torch.argsort((mask > 0).to(torch.int8), dim=1, stable=True)  # pads first
     where = torch.empty_like(order).scatter_(
         1, order, torch.arange(ids.shape[1], device=ids.device).expand_as(order))
-    cols = (where[:, -2 * T:] - 1).clamp_min(0)
+    cols = (where[:, -K * T:] - 1).clamp_min(0)
     return ids.gather(1, order), mask.gather(1, order), rmask, cols
 
 
-def mappo_advantages(rewards, values, rmask, collective: bool, gamma: float, lam: float):
-    """GAE of the (B, 2T) joint rewards: over the whole episode if collective, else per turn."""
+def mappo_advantages(rewards, values, rmask, collective: bool, gamma: float, lam: float,
+                     n_turns: int = 2):
+    """GAE of the (B, K*T) joint rewards: over the whole episode if collective, else per turn."""
     if collective:
         return joint_gae(rewards, values, rmask, gamma, lam)
-    T = rmask.shape[1] // 2
+    T = rmask.shape[1] // n_turns
     parts = [gae(rewards[:, c], values[:, c], rmask[:, c], gamma, lam)
-             for c in (slice(0, T), slice(T, 2 * T))]
-    return torch.cat([parts[0][0], parts[1][0]], 1), torch.cat([parts[0][1], parts[1][1]], 1)
+             for c in (slice(k * T, (k + 1) * T) for k in range(n_turns))]
+    return torch.cat([a for a, _ in parts], 1), torch.cat([r for _, r in parts], 1)
 
 
 @register_learner("mappo")
 class MAPPO(CoryStructure, IPPO):
-    """Two PPO actors with a shared centralized critic over the joint transcript."""
+    """K PPO actors with a shared centralized critic over the joint transcript."""
 
     needs_critic = True
 
@@ -96,7 +97,7 @@ class MAPPO(CoryStructure, IPPO):
         return replace(self.cfg.ppo, vf_coef=0.0)
 
     def critic_values(self, ids, mask, cols):
-        """Critic values (B, 2T) at the positions that predict each response token."""
+        """Critic values (B, K*T) at the positions that predict each response token."""
         return self.critic.values(ids, mask).gather(1, cols).float()
 
     def passes(self, rows, mask):
@@ -108,29 +109,30 @@ class MAPPO(CoryStructure, IPPO):
         """Shaped rewards per agent, GAE with the centralized critic, PPO per actor, the critic."""
         cfg, dev = self.cfg.ppo, self.critic.device
         batches = {a: self.agents[a].batch(t) for a, t in turns.items()}
-        pio, obs = sorted(turns.values(), key=lambda t: t.role != "pioneer")
-        ids, mask, rmask, cols = joint_sequence(pio.to(dev), obs.to(dev))
+        chain = sorted(turns.values(), key=lambda t: t.position)
+        ids, mask, rmask, cols = joint_sequence(*(t.to(dev) for t in chain))
         old_values = torch.zeros_like(rmask)
         with torch.no_grad():
             for p in self.passes(torch.arange(len(ids)), mask):
                 old_values[p] = self.critic_values(ids[p], mask[p], cols[p])
         old_values = old_values * rmask
-        bp, bo = (batches[t.agent] for t in (pio, obs))
+        T, K, stats = chain[0].response_mask.shape[1], len(chain), {}
+        spans = [slice(k * T, (k + 1) * T) for k in range(K)]
         collective = self.reward_mode == "collective"
-        rewards_p = bp.rewards.to(dev)
-        if collective:  # the team score counts once, at the episode's end (in the observer's)
-            rewards_p = rewards_p - token_rewards(bp.scores.to(dev), torch.zeros_like(rewards_p),
-                                                  rmask[:, :rewards_p.shape[1]], 0.0)
-        rewards = torch.cat([rewards_p, bo.rewards.to(dev)], 1)
-        adv, returns = mappo_advantages(rewards, old_values, rmask, collective, cfg.gamma,
-                                        cfg.lam)
-        T, stats = pio.response_mask.shape[1], {}
-        if cfg.whiten_advantages:  # per agent (per_agent_norm), or over both agents' tokens
-            parts = [adv[:, :T], adv[:, T:]]
-            masks = [rmask[:, :T], rmask[:, T:]]
+        rewards = [batches[t.agent].rewards.to(dev) for t in chain]
+        if collective:  # the team score counts once, at the episode's end (the last position's)
+            for k in range(K - 1):
+                b = batches[chain[k].agent]
+                rewards[k] = rewards[k] - token_rewards(
+                    b.scores.to(dev), torch.zeros_like(rewards[k]), rmask[:, spans[k]], 0.0)
+        adv, returns = mappo_advantages(torch.cat(rewards, 1), old_values, rmask, collective,
+                                        cfg.gamma, cfg.lam, K)
+        if cfg.whiten_advantages:  # per agent (per_agent_norm), or over every agent's tokens
+            parts = [adv[:, c] for c in spans]
+            masks = [rmask[:, c] for c in spans]
             adv = torch.cat(joint_whiten(parts, masks) if not self.cfg.per_agent_norm else
                             [masked_whiten(a, m) for a, m in zip(parts, masks)], 1)
-        for k, turn in enumerate((pio, obs)):
+        for k, turn in enumerate(chain):
             batch, cols_k = batches[turn.agent], slice(k * T, (k + 1) * T)
             home = turn.response_mask.device
             batch.advantages = adv[:, cols_k].to(home)

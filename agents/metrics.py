@@ -34,6 +34,7 @@ def turn_metrics(turn, eta: float, n_samples: int = 3) -> dict:
     entropy = -(turn.raw_logprobs * mask).sum() / mask.sum().clamp_min(1)
     return {
         "role": turn.role,
+        "position": turn.position,
         "task_reward": float(task.mean()),
         "task_reward_std": float(task.std()) if len(task) > 1 else 0.0,
         "kl": float(kl.mean()),

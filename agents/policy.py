@@ -36,7 +36,8 @@ that also zeroes LoRA dropout.
 from __future__ import annotations
 
 import copy
-from contextlib import nullcontext
+from collections.abc import Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -96,6 +97,7 @@ class LLMPolicy(nn.Module):
     # If True, passes with grad run the backbone through torch.compile (dynamic shapes,
     # compiled on first use, once per LoRA adapter); the Trainer sets it from torch_compile.
     compile_training: bool = False
+    reference_adapter: str | None = None  # a frozen adapter that is the reference (shared_lora)
     _bf16_frozen = False  # set once the frozen matmul weights are stored in bf16 (see amp_dtype)
 
     def __init__(self, model: nn.Module, *, reference: nn.Module | str | None = None,
@@ -170,24 +172,45 @@ class LLMPolicy(nn.Module):
                    mixed_precision=mixed_precision)
 
     @classmethod
+    def shared_lora(cls, name_or_path: str, lora: LoraSettings | None,
+                    names: Sequence[str] = ("llm_0", "llm_1"),
+                    adapters: dict[str, str] | None = None, **kw) -> tuple[LLMPolicy, ...]:
+        """K policies on ONE frozen base, a LoRA adapter each: fresh from `lora`, or the PEFT
+        adapter folder `adapters[name]`. The reference is the base with adapters off; for a
+        loaded adapter it is a frozen copy of it (each agent's own initial model)."""
+        if kw.pop("reference", "adapter") not in ("adapter", "auto"):
+            raise ValueError("a shared LoRA base's reference is always its initial adapters")
+        loaded = {n: loading.read_adapter(p) for n, p in (adapters or {}).items()}
+        configs = {n: loaded[n][0] if n in loaded else lora_config(lora) for n in names}
+        first = cls.from_pretrained(name_or_path, lora=configs[names[0]], reference="adapter",
+                                    adapter_name=names[0], **kw)
+        peft_model = first.model
+        for n in names[1:]:
+            peft_model.add_adapter(n, configs[n])
+        for n, (config, weights) in loaded.items():
+            from peft import set_peft_model_state_dict
+
+            peft_model.add_adapter(f"ref_{n}", config)
+            for name in (n, f"ref_{n}"):
+                set_peft_model_state_dict(peft_model, weights, adapter_name=name)
+        if kw.get("disable_dropout", True):
+            loading.disable_dropout(peft_model)
+        peft_model.set_adapter(names[0])
+        policies = [first] + [cls(peft_model, reference="adapter", adapter_name=n,
+                                  pad_token_id=first.pad_token_id,
+                                  mixed_precision=first.mixed_precision) for n in names[1:]]
+        for p in policies:
+            p._all_lora = policies[-1]._all_lora  # every adapter's params, kept trainable
+            p.reference_adapter = f"ref_{p.adapter_name}" if p.adapter_name in loaded else None
+        first._restore_grad()
+        return tuple(policies)
+
+    @classmethod
     def shared_lora_pair(cls, name_or_path: str, lora: LoraSettings,
                          names: tuple[str, str] = ("llm_0", "llm_1"), **kw
                          ) -> tuple[LLMPolicy, LLMPolicy]:
         """Two policies on ONE frozen base with two LoRA adapters; reference = adapters disabled."""
-        if kw.pop("reference", "adapter") not in ("adapter", "auto"):
-            raise ValueError("a shared LoRA pair's reference is always the adapter-off base")
-        first = cls.from_pretrained(name_or_path, lora=lora, reference="adapter",
-                                    adapter_name=names[0], **kw)
-        peft_model = first.model
-        peft_model.add_adapter(names[1], lora_config(lora))
-        if kw.get("disable_dropout", True):
-            loading.disable_dropout(peft_model)
-        peft_model.set_adapter(names[0])
-        second = cls(peft_model, reference="adapter", adapter_name=names[1],
-                     pad_token_id=first.pad_token_id, mixed_precision=first.mixed_precision)
-        first._all_lora = second._all_lora  # both adapters' params, restored after set_adapter
-        first._restore_grad()
-        return first, second
+        return cls.shared_lora(name_or_path, lora, names, **kw)
 
     # -- small accessors ----------------------------------------------------------------------
 
@@ -252,7 +275,7 @@ class LLMPolicy(nn.Module):
         """(Re)collect the parameter lists, e.g. after FSDP replaced the parameter objects."""
         # Plain (unregistered) lists: every LoRA param of the shared model, and our own trainables.
         named = list(self.model.named_parameters())
-        self._all_lora = [p for n, p in named if "lora_" in n]
+        self._all_lora = [p for n, p in named if "lora_" in n and ".ref_" not in n]
         if self.is_lora:
             mine = [p for n, p in named if "lora_" in n and f".{self.adapter_name}." in n]
         else:
@@ -274,6 +297,15 @@ class LLMPolicy(nn.Module):
         """peft's set_adapter / disable_adapter freeze other adapters; make all LoRA trainable."""
         for p in self._all_lora:
             p.requires_grad_(True)
+
+    @contextmanager
+    def _adapter(self, name: str):
+        """Run with another adapter of the shared peft model active (this policy's after)."""
+        self.model.set_adapter(name)
+        try:
+            yield
+        finally:
+            self.model.set_adapter(self.adapter_name)
 
     def _activate(self) -> None:
         """Make this policy's adapter the active one on a (possibly shared) peft model."""
@@ -430,7 +462,10 @@ class LLMPolicy(nn.Module):
             raise RuntimeError("this policy has no reference model (reference=None)")
         T = n_response
         out = []
-        ctx = self.model.disable_adapter() if self.reference_mode == "adapter" else nullcontext()
+        ctx = nullcontext()
+        if self.reference_mode == "adapter":
+            ctx = self._adapter(self.reference_adapter) if self.reference_adapter \
+                else self.model.disable_adapter()
         hf = self.ref_model if self.reference_mode == "copy" else self.hf_model
         try:
             with ctx:

@@ -40,6 +40,7 @@ class Turn:
     query_index: torch.Tensor | None = None  # (B,) each episode's query in the pool (-1: none)
     group_size: int = 1  # G: rows [kG, (k+1)G) answer the same query
     pool_size: int = 0  # how many queries the split holds
+    position: int = 0  # the agent's place in the chain this rollout (0: the pioneer)
 
     @property
     def groups(self) -> int:
@@ -166,7 +167,7 @@ def _turn_tensors(env, agent, role, steps, policy, T) -> dict:
         kl[:, t] = full_kl(step.logsoftmax.float(), ref[:, t].float())
     return dict(agent=agent, role=role, input_ids=ids, attention_mask=mask,
                 query_index=seq["query_index"].to(device), group_size=seq["group_size"],
-                pool_size=seq["pool_size"],
+                pool_size=seq["pool_size"], position=env.agents.index(agent),
                 response_mask=response_mask, logprobs=stack("logprob") * response_mask,
                 raw_logprobs=stack("raw_logprob") * response_mask,
                 values=stack("value") * response_mask, ref_logprobs=ref_logprobs,

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import torch
 
 from cory_env import BatchedCoryEnv
+from cory_env.aec import agent_names
 from cory_env.config import check_fields
 from cory_env.files import check_local_path
 
@@ -42,6 +43,12 @@ class TrainConfig:
     method: str = field(default="cory", metadata=meta("learner name (registered_learners)"))
     model: str | None = field(default=None, metadata=meta(
         "HF name or local folder; none: the offline task's reference LM"))
+    n_agents: int | None = field(default=None, metadata=meta(
+        "K agents in the chain (none: the method's default, 2; 1 for ppo)"))
+    models: dict[str, str] = field(default_factory=dict, metadata=meta(
+        "a model per agent, e.g. llm_1=path/to/other (one tokenizer for all)"))
+    adapters: dict[str, str] = field(default_factory=dict, metadata=meta(
+        "a PEFT LoRA adapter folder per agent on the one base model"))
     iterations: int = field(default=20, metadata=meta("training iterations"))
     batch_size: int = field(default=32, metadata=meta("episodes per iteration"))
     max_new_tokens: int | None = field(default=None, metadata=meta(
@@ -80,20 +87,38 @@ class TrainConfig:
         """Check the config before any model is loaded, naming the bad field."""
         check_fields(self)
         for name, kind in (("ppo", PPOConfig), ("sampling", SamplingConfig), ("task_options", dict),
-                           ("placement", dict)):
+                           ("placement", dict), ("models", dict), ("adapters", dict)):
             if not isinstance(getattr(self, name), kind):
                 raise ValueError(f"TrainConfig.{name} must be a {kind.__name__}, got "
                                  f"{getattr(self, name)!r}")
         if self.lora is not None and not isinstance(self.lora, LoraSettings):
             raise ValueError(f"TrainConfig.lora must be None or a LoraSettings, got {self.lora!r}")
         check_local_path("model", self.model)
+        for kind in ("models", "adapters"):
+            for agent, path in getattr(self, kind).items():
+                check_local_path(f"{kind}[{agent!r}]", path)
         for key, value in self.task_options.items():
             if not isinstance(key, str):
                 raise ValueError(f"task option names must be strings, got {key!r}")
             check_local_path(f"task option {key}", value)
         from cory_env import registered_tasks
 
-        learner_class(self.method)
+        k = self.agents_count()
+        names = [f"llm_{i}" for i in range(k)]
+        for kind in ("models", "adapters"):
+            for agent in getattr(self, kind):
+                if agent not in names:
+                    raise ValueError(f"{kind} key {agent!r} is not an agent of this run "
+                                     f"({', '.join(names)})")
+        if self.adapters and not self.shared_base:
+            raise ValueError("adapters are LoRA adapters on one base: they need shared_base=True")
+        if self.adapters and self.models:
+            raise ValueError("give models (a model per agent) or adapters (an adapter per agent "
+                             "on one base), not both")
+        if self.adapters and self.lora is None and len(self.adapters) < k:
+            missing = [a for a in names if a not in self.adapters]
+            raise ValueError(f"adapters name no adapter for {missing}: give one for every agent "
+                             f"or set lora for fresh adapters")
         if isinstance(self.task, str) and self.task not in registered_tasks():
             raise ValueError(f"unknown task {self.task!r}; registered: {registered_tasks()}")
         for name in ("iterations", "batch_size", "t_rex"):
@@ -130,10 +155,27 @@ class TrainConfig:
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         check_device("device", self.device)
         for agent, dev in self.placement.items():
-            if agent not in ("llm_0", "llm_1", "critic"):
-                raise ValueError(f"placement key {agent!r} must be llm_0, llm_1 or critic")
+            if agent not in (*names, "critic"):
+                raise ValueError(f"placement key {agent!r} must be one of {names} or critic")
             check_device(f"placement[{agent!r}]", dev)
         return self
+
+
+    def agents_count(self) -> int:
+        """K: n_agents, else the method's default; a ValueError naming a K it cannot train."""
+        default = learner_class(self.method).n_agents
+        k = self.n_agents
+        if k is None:
+            return default
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"n_agents must be None or a positive integer, got {k!r}")
+        if default == 1 and k != 1:
+            raise ValueError(f"{self.method!r} is a single-agent learner: n_agents={k} "
+                             f"needs a multi-agent method (cory, ippo, mappo, cory-grpo, ...)")
+        if default > 1 and k < 2:
+            raise ValueError(f"{self.method!r} trains a chain of agents: n_agents={k} must be "
+                             f">= 2 (ppo is the single-agent baseline)")
+        return k
 
 
 def mini_batch_follows(cfg: TrainConfig) -> TrainConfig:
@@ -219,29 +261,81 @@ def default_model(task: str) -> str:
     return str(reference_lm(task))
 
 
+def model_of(cfg: TrainConfig, agent: str) -> str | None:
+    """The model an agent starts from: models[agent], else model (None: the offline LM)."""
+    return cfg.models.get(agent, cfg.model)
+
+
+def check_tokenizers(cfg: TrainConfig, agents: list[str], tokenizer) -> None:
+    """A ValueError naming both models when two agents' model folders hold different
+    tokenizers: each agent reads the others' token ids, so they must share one."""
+    import os
+
+    folders = {a: model_of(cfg, a) for a in agents}
+    folders = {a: m for a, m in folders.items() if m and os.path.isdir(m) and any(
+        f.startswith("tokenizer") for f in os.listdir(m))}
+    if len(set(folders.values())) < 2:
+        return
+    from cory_env.config import load_tokenizer
+
+    (first, path), *rest = folders.items()
+    want = load_tokenizer(path)
+    for agent, other in rest:
+        if other == path:
+            continue
+        got = load_tokenizer(other)
+        diff = tokenizer_difference(want, got)
+        if diff:
+            raise ValueError(f"{agent}'s model {other!r} and {first}'s model {path!r} have "
+                             f"different tokenizers ({diff}): agents in one chain must share "
+                             f"a tokenizer, because each reads the others' token ids")
+
+
+def tokenizer_difference(a, b) -> str:
+    """What differs between two tokenizers ('' when they map every token alike)."""
+    if len(a) != len(b):
+        return f"{len(a)} vs {len(b)} tokens"
+    if a.eos_token_id != b.eos_token_id:
+        return f"eos ids {a.eos_token_id} vs {b.eos_token_id}"
+    va, vb = a.get_vocab(), b.get_vocab()
+    for token, i in va.items():
+        if vb.get(token) != i:
+            return f"token {token!r} is id {i} vs {vb.get(token)}"
+    return ""
+
+
 def build_policies(cfg: TrainConfig, agents: list[str], critic: bool = False) -> dict:
-    """One policy per agent (plus "critic" if asked); a frozen reference is shared."""
-    model = cfg.model or default_model(cfg.task)
+    """One policy per agent (plus "critic" if asked). Agents that start from the same model
+    share its frozen reference; each agent's reference is its own initial model."""
     torch.manual_seed(cfg.seed)
+    base = cfg.model or cfg.models.get(agents[0]) or default_model(cfg.task)
+    paths = {a: cfg.models.get(a, base) for a in agents}
     where = {a: cfg.placement.get(a, cfg.device) for a in [*agents, "critic"]}
     kw = {"load_in_4bit": cfg.load_in_4bit, "mixed_precision": cfg.mixed_precision}
-    if cfg.lora is not None and cfg.shared_base and len(agents) == 2:
-        pair = LLMPolicy.shared_lora_pair(model, cfg.lora, names=tuple(agents),
-                                          device=where[agents[0]], **kw)
-        policies = dict(zip(agents, pair))
-    elif cfg.lora is not None:
-        policies = {a: LLMPolicy.from_pretrained(model, lora=cfg.lora, device=where[a],
+    lora = cfg.lora is not None or bool(cfg.adapters)
+    if lora and cfg.shared_base and len(agents) > 1 and len(set(paths.values())) == 1:
+        team = LLMPolicy.shared_lora(base, cfg.lora, names=tuple(agents), adapters=cfg.adapters,
+                                     device=where[agents[0]], **kw)
+        policies = dict(zip(agents, team))
+    elif lora:
+        policies = {a: LLMPolicy.from_pretrained(paths[a], lora=cfg.lora, device=where[a],
                                                  adapter_name=a, **kw) for a in agents}
     else:
-        first = LLMPolicy.from_pretrained(model, reference="copy", device=where[agents[0]],
-                                          mixed_precision=cfg.mixed_precision)
-        policies = {agents[0]: first}
-        for a in agents[1:]:
+        policies = {}
+        for a in agents:
+            twin = next((b for b in policies if paths[b] == paths[a]), None)
+            if twin is None:
+                policies[a] = LLMPolicy.from_pretrained(paths[a], reference="copy",
+                                                        device=where[a],
+                                                        mixed_precision=cfg.mixed_precision)
+                continue
+            first = policies[twin]
             lm = copy.deepcopy(first.model).to(where[a])
-            ref = first.ref_model if where[a] == where[agents[0]] else \
+            ref = first.ref_model if where[a] == where[twin] else \
                 copy.deepcopy(first.ref_model).to(where[a])
             policies[a] = LLMPolicy(lm, reference=ref, mixed_precision=cfg.mixed_precision)
             policies[a].value_head.load_state_dict(first.value_head.state_dict())
+    model = base
     if critic:
         policies["critic"] = LLMPolicy.from_pretrained(model, reference=None,
                                                        device=where["critic"],
@@ -267,12 +361,13 @@ class Trainer:
         lcfg = LearnerConfig(ppo=cfg.ppo, sampling=cfg.sampling, t_rex=cfg.t_rex, eta=cfg.eta,
                              group_size=cfg.group_size, per_agent_norm=cfg.per_agent_norm,
                              group_kl_in=cfg.group_kl_in)
-        agents = ["llm_0"] if self.learner_cls.n_agents == 1 else ["llm_0", "llm_1"]
+        agents = list(agent_names(cfg.agents_count()))
+        tokenizer = self._tokenizer()
+        check_tokenizers(cfg, agents, tokenizer)
         policies = build_policies(cfg, agents, critic=self.learner_cls.needs_critic)
         critic = policies.pop("critic", None)
         extra = {"critic": critic} if critic is not None else {}
         self.learner = self.learner_cls(policies, lcfg, seed=cfg.seed, comm=comm, **extra)
-        tokenizer = self._tokenizer()
         self.env = BatchedCoryEnv(batch_size=cfg.batch_size, task=self._task(),
                                   tokenizer=tokenizer, max_new_tokens=cfg.max_new_tokens,
                                   seed=cfg.seed, **self.learner.env_settings(),
@@ -282,7 +377,7 @@ class Trainer:
         for name, policy in {**policies, **extra}.items():
             if policy.vocab_size < vocab:
                 raise ValueError(
-                    f"{name}'s model ({cfg.model or 'the offline reference LM'}) has "
+                    f"{name}'s model ({model_of(cfg, name) or 'the offline reference LM'}) has "
                     f"{policy.vocab_size} token embeddings but the task's tokenizer has {vocab} "
                     f"tokens: use the model's own tokenizer (task option tokenizer=) or a "
                     f"model built for this task")
@@ -295,16 +390,17 @@ class Trainer:
         from cory_env import make_task, task_options
 
         options = dict(self.cfg.task_options)
-        if (self.cfg.model and isinstance(self.cfg.task, str) and "tokenizer" not in options
+        model = model_of(self.cfg, "llm_0")
+        if (model and isinstance(self.cfg.task, str) and "tokenizer" not in options
                 and "tokenizer" in task_options(self.cfg.task)):
-            options["tokenizer"] = self.cfg.model
+            options["tokenizer"] = model
         return make_task(self.cfg.task, **options)
 
     def _tokenizer(self):
-        """The model folder's tokenizer when it has one, else the task's."""
+        """The (first agent's) model folder's tokenizer when it has one, else the task's."""
         import os
 
-        model = self.cfg.model
+        model = model_of(self.cfg, "llm_0")
         if model and os.path.isdir(model) and any(
                 f.startswith("tokenizer") for f in os.listdir(model)):
             return model
@@ -324,7 +420,9 @@ class Trainer:
             stats = self.learner.update(turns, self.iteration)
         metrics = self.learner.metrics(turns, stats)
         metrics["iteration"] = self.iteration
-        metrics["swap_roles"] = bool(options.get("swap_roles", False))
+        rotation = int(options.get("rotation", 0)) or int(bool(options.get("swap_roles")))
+        metrics["rotation"] = rotation % max(len(self.learner.policies), 1)
+        metrics["swap_roles"] = metrics["rotation"] != 0
         metrics["time_rollout_s"], metrics["time_update_s"] = t1 - t0, time.perf_counter() - t1
         self.iteration += 1
         return metrics

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from agents import cli
 from agents.checkpoint import config_differences, run_config
-from agents.learner import registered_learners
+from agents.learner import learner_class, registered_learners
 from agents.train import TrainConfig, check_device, mini_batch_follows
 from cory_env import registered_tasks
 from cory_env import task_options as cory_task_options
@@ -286,9 +286,13 @@ def train_config(cfg: BenchConfig, spec: RunSpec) -> TrainConfig:
                               init_kl_coef=t.ppo.init_kl_coef if eta is None else eta,
                               adap_kl_ctrl=t.ppo.adap_kl_ctrl and eta is None)
     fixed_eta = eta if eta is not None else (None if t.ppo.adap_kl_ctrl else t.ppo.init_kl_coef)
+    chain = learner_class(spec.method).n_agents > 1  # --n-agents sets K of multi-agent methods
     return dataclasses.replace(t, task=spec.task, method=spec.method, seed=spec.seed,
                                model=cfg.model_for(spec.task), eta=fixed_eta,
-                               task_options=task_options(cfg, spec.task), ppo=ppo)
+                               task_options=task_options(cfg, spec.task), ppo=ppo,
+                               n_agents=t.n_agents if chain else None,
+                               models=t.models if chain else {},
+                               adapters=t.adapters if chain else {})
 
 
 def check_resume(cfg: BenchConfig, saved: BenchConfig) -> None:

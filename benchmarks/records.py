@@ -185,8 +185,15 @@ class RunData:
         return ordered(r["method"] for r in select(self.rows, task=task, sweep_eta=eta))
 
     def agents(self, task: str, method: str) -> list[str]:
-        """The method's models (llm_0 and, for two-agent methods, llm_1)."""
-        return sorted(ordered(r["agent"] for r in select(self.rows, task=task, method=method)))
+        """The method's models (llm_0, and llm_1 .. llm_{K-1} for multi-agent methods)."""
+        return sorted(ordered(r["agent"] for r in select(self.rows, task=task, method=method)),
+                      key=lambda a: int(a.rsplit("_", 1)[-1]) if a[-1].isdigit() else 0)
+
+    def roles(self, task: str, method: str, eta=None) -> list[str]:
+        """The method's chain positions by role name, pioneer first."""
+        rows = select(self.rows, task=task, method=method, sweep_eta=eta)
+        at = {r["role"]: r.get("position", int(r["role"] != "pioneer")) for r in rows}
+        return sorted(at, key=at.get)
 
     def two_agent(self, task: str, method: str) -> bool:
         """True when the method trains two models."""

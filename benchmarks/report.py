@@ -37,7 +37,7 @@ def metrics_table(data: RunData, task: str, eta) -> list[str]:
                  match) for label, match in data.series(task, method, eta)]
         if data.two_agent(task, method):
             rows += [(role, {"task": task, "method": method, "sweep_eta": eta, "role": role})
-                     for role in ("pioneer", "observer")]
+                     for role in data.roles(task, method, eta)]
         for model, match in rows:
             cells = [str(data.stat(f, **match)) for f in TABLE_FIELDS]
             lines.append(f"| {method} | {model} | " + " | ".join(cells) + " |")
@@ -45,28 +45,33 @@ def metrics_table(data: RunData, task: str, eta) -> list[str]:
 
 
 def audit_table(data: RunData, task: str, eta) -> list[str]:
-    """Two-agent methods: observer gain over the pioneer and the verbatim copy rate."""
+    """Multi-agent methods: each position's gain over the previous one and how often it
+    copied the previous answer verbatim."""
     lines = []
     for method in data.methods(task, eta):
         if not data.two_agent(task, method):
             continue
         base = {"task": task, "method": method, "sweep_eta": eta}
-        gain = {}
-        for seed in ordered(r["seed"] for r in select(data.rows, **base)):
-            obs = curves(data.rows, "task_reward", **base, role="observer").get(seed, [])
-            pio = curves(data.rows, "task_reward", **base, role="pioneer").get(seed, [])
-            n = min(len(obs), len(pio))
-            gain[seed] = [o - p for o, p in zip(obs[:n], pio[:n])]
-        final_gain = mean_std([final_value(g, data.window) for g in gain.values()])
-        all_gain = mean_std([float(np.mean(g)) for g in gain.values() if g])
-        copy_final = data.stat("copy_rate", **base, role="observer")
-        copy_all = mean_std([float(np.mean(c)) for c in
-                             curves(data.rows, "copy_rate", **base, role="observer").values()])
-        lines.append(f"| {method} | {final_gain} | {all_gain} | {copy_final} | {copy_all} |")
+        roles = data.roles(task, method, eta)
+        for before, role in zip(roles, roles[1:]):
+            gain = {}
+            for seed in ordered(r["seed"] for r in select(data.rows, **base)):
+                now = curves(data.rows, "task_reward", **base, role=role).get(seed, [])
+                prev = curves(data.rows, "task_reward", **base, role=before).get(seed, [])
+                n = min(len(now), len(prev))
+                gain[seed] = [o - p for o, p in zip(now[:n], prev[:n])]
+            final_gain = mean_std([final_value(g, data.window) for g in gain.values()])
+            all_gain = mean_std([float(np.mean(g)) for g in gain.values() if g])
+            copy_final = data.stat("copy_rate", **base, role=role)
+            copy_all = mean_std([float(np.mean(c)) for c in
+                                 curves(data.rows, "copy_rate", **base, role=role).values()])
+            lines.append(f"| {method} | {role} − {before} | {final_gain} | {all_gain} | "
+                         f"{copy_final} | {copy_all} |")
     if not lines:
         return []
-    return ["| method | r_obs − r_pio (final) | r_obs − r_pio (all iterations) | "
-            "copy rate (final) | copy rate (all iterations) |", "|---|---|---|---|---|", *lines]
+    return ["| method | position − previous | reward gain (final) | reward gain (all "
+            "iterations) | copy rate of the previous answer (final) | copy rate (all "
+            "iterations) |", "|---|---|---|---|---|---|", *lines]
 
 
 def alone_table(data: RunData, task: str, eta) -> list[str]:
@@ -174,7 +179,7 @@ CONVENTIONS = (
     "`benchmarks/stats.py` state the rules; \"detectable\" is the effect 3 seeds like these "
     "would find 80% of the time). In-training tables give the mean of the last "
     "{window} iterations of each seed, mean ± std over seeds; their *pioneer*/*observer* rows "
-    "follow whichever model held that role.")
+    "(*observer_k* in a chain of K agents) follow whichever model held that position.")
 
 
 def render(data: RunData, plots: dict[str, list[str]] | None = None,
@@ -228,10 +233,10 @@ def _colors(methods: list[str]) -> dict[str, str]:
 
 
 def exchanges(data: RunData, task: str, method: str, eta) -> list[int]:
-    """Iterations at which the method's models exchanged roles (the order flag changed)."""
+    """Iterations at which the method's models exchanged roles (the rotation changed)."""
     flags = {}
     for r in select(data.rows, task=task, method=method, sweep_eta=eta):
-        flags[r["iteration"]] = bool(r.get("swap_roles"))
+        flags[r["iteration"]] = r.get("rotation", int(bool(r.get("swap_roles"))))
     its = sorted(flags)
     return [i for prev, i in zip(its, its[1:]) if flags[i] != flags[prev]]
 
@@ -334,6 +339,31 @@ def plot_training(data: RunData, task: str, eta, path) -> None:
                   f"{task}: in training, per model (mean ± std over seeds)", draw)
 
 
+def plot_positions(data: RunData, task: str, eta, path) -> None:
+    """Multi-agent methods, per chain position: in-training task reward and the copy rate of
+    the previous answer against iteration (mean ± std over seeds)."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    methods = [m for m in data.methods(task, eta) if data.two_agent(task, m)]
+    colors = _colors(data.methods(task, eta))
+    for method in methods:
+        for k, role in enumerate(data.roles(task, method, eta)):
+            match = {"task": task, "method": method, "sweep_eta": eta, "role": role}
+            for ax, f in zip(axes, ("task_reward", "copy_rate")):
+                per_seed = [c for c in curves(data.rows, f, **match).values() if c]
+                if per_seed:
+                    n = min(len(c) for c in per_seed)
+                    _band(ax, np.arange(n), np.array([c[:n] for c in per_seed]),
+                          colors[method], ("-", "--", "-.", ":")[k % 4], f"{method} {role}")
+    for ax, ylabel in zip(axes, ("task reward, in training", "copy rate of the previous "
+                                 "answer")):
+        ax.set_xlabel("iteration")
+        ax.set_ylabel(ylabel)
+    _mark_exchanges(data, task, eta, axes, colors)
+    title = f"{task}: per chain position"
+    _finish(fig, axes, title if eta is None else f"{title}, η = {eta:g}", path)
+
+
 def plot_frontier(data: RunData, task: str, eta, path) -> None:
     """Alone task reward against alone ΣKL, one line per method and model (mean over seeds,
     iteration order; the first point is the base model)."""
@@ -393,6 +423,8 @@ def write_plots(data: RunData, folder: str | os.PathLike) -> dict[str, list[str]
         for eta in etas:
             tail = "" if eta is None else f"_eta{eta:g}"
             plots = [(f"curves_{task}{tail}.png", plot_training)]
+            if any(data.two_agent(task, m) for m in data.methods(task, eta)):
+                plots.append((f"positions_{task}{tail}.png", plot_positions))
             if any(data.trajectories(task, m, eta) for m in data.methods(task, eta)):
                 plots = [(f"alone_{task}{tail}.png", plot_alone),
                          (f"frontier_{task}{tail}.png", plot_frontier), *plots]

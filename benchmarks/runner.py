@@ -33,7 +33,7 @@ from .records import copy_rate, select
 
 FORMAT = 2
 ID_COLUMNS = ("task", "method", "seed", "sweep_eta", "run", "iteration", "agent", "role",
-              "swap_roles")
+              "position", "swap_roles", "rotation")
 CSV_COLUMNS = ID_COLUMNS + (
     "task_reward", "task_reward_std", "kl", "combined_reward", "eta", "beta",
     "collective_reward", "copy_rate", "distinct_1", "distinct_2", "repetition_rate",
@@ -48,6 +48,7 @@ def flatten(metrics: dict, spec: RunSpec) -> list[dict]:
     """A Trainer step's metrics as one flat record per agent."""
     out = []
     common = {"iteration": metrics["iteration"], "swap_roles": metrics["swap_roles"],
+              "rotation": metrics.get("rotation", int(metrics["swap_roles"])),
               **{k: metrics[k] for k in TIME_FIELDS if k in metrics}}
     for agent in sorted(k for k in metrics if k.startswith("llm_")):
         values = {k: v for k, v in metrics[agent].items()
@@ -64,15 +65,15 @@ def numeric(record: dict) -> dict[str, float]:
 
 
 def audit_copy_rate(learner) -> None:
-    """Make the learner's metrics add the observer's verbatim copy rate (all episodes)."""
+    """Make the learner's metrics add, for every position after the pioneer, the verbatim
+    copy rate of the previous position's answer (all episodes)."""
     original = learner.metrics
 
     def metrics(turns, stats):
         out = original(turns, stats)
-        by_role = {t.role: t for t in turns.values()}
-        if {"pioneer", "observer"} <= set(by_role):
-            rate = copy_rate(by_role["pioneer"].texts, by_role["observer"].texts)
-            out[by_role["observer"].agent]["copy_rate"] = rate
+        chain = sorted(turns.values(), key=lambda t: t.position)
+        for before, turn in zip(chain, chain[1:]):
+            out[turn.agent]["copy_rate"] = copy_rate(before.texts, turn.texts)
         return out
 
     learner.metrics = metrics

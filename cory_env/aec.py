@@ -10,6 +10,13 @@ Agents are `llm_0` and `llm_1`. With `swap_roles=False` llm_0 is the pioneer; th
 `reset(options={"swap_roles": True})`) makes llm_1 act first. That flag is CORY's role exchange.
 Both agents terminate together at the end of the observer's turn, when they receive the
 collective reward r_pio + r_obs (or their own reward under reward_mode="individual").
+
+A chain of K agents (`n_agents=K`: `llm_0 .. llm_{K-1}`, roles pioneer, observer_1 ..
+observer_{K-1}): the agent at position k sees the query and the answers of positions 0..k-1
+(each task's `chain_template`), all K are paid the sum of the K task rewards (or their own),
+and `rotation=r` (a config field or reset option) puts llm_{(k + r) mod K} at position k;
+`swap_roles` is the K = 2 spelling of rotation 1. Prompts grow with K: an unset context_len is
+fitted to the longest prompt, a given one that is too short is warned about.
 """
 
 from __future__ import annotations
@@ -25,12 +32,17 @@ from pettingzoo.utils import wrappers
 from pettingzoo.utils.conversions import turn_based_aec_to_parallel
 from pettingzoo.utils.env_logger import EnvLogger
 
-from .config import EnvConfig, check_bool
-from .core import OBSERVER, PIONEER, ROLES, Episodes
+from .config import EnvConfig, check_bool, check_rotation
+from .core import PIONEER
 from .tasks.base import Query
 
 AGENTS = ("llm_0", "llm_1")
-RESET_OPTIONS = ("swap_roles", "queries", "group_size", "max_new_tokens")
+RESET_OPTIONS = ("swap_roles", "rotation", "queries", "group_size", "max_new_tokens")
+
+
+def agent_names(n_agents: int) -> tuple[str, ...]:
+    """The agents of a K-agent env: llm_0 .. llm_{K-1}."""
+    return tuple(f"llm_{i}" for i in range(n_agents))
 
 
 def env(**config):
@@ -55,11 +67,15 @@ def observation_space(length: int, vocab: int, action_mask: bool) -> spaces.Dict
     return spaces.Dict(outer)
 
 
-def role_order(swap_roles: bool, single_agent: bool = False) -> tuple[str, ...]:
-    """Agent names in acting order (pioneer first) for a value of the order flag."""
-    if single_agent:
+def role_order(rotation: int | bool = 0, single_agent: bool = False,
+               n_agents: int = 2) -> tuple[str, ...]:
+    """Agent names in acting order (pioneer first): position k is llm_{(k + rotation) % K}
+    (rotation True/False: K = 2's swap_roles flag)."""
+    if single_agent or n_agents == 1:
         return AGENTS[:1]
-    return AGENTS[::-1] if swap_roles else AGENTS
+    names = agent_names(n_agents)
+    r = int(rotation) % n_agents
+    return names[r:] + names[:r]
 
 
 def parse_reset_options(options, warned: set) -> dict:
@@ -74,6 +90,10 @@ def parse_reset_options(options, warned: set) -> dict:
                       stacklevel=3)
     if "swap_roles" in options:
         check_bool("swap_roles", options["swap_roles"])
+    if "rotation" in options:
+        r = options["rotation"]
+        if isinstance(r, (bool, np.bool_)) or not isinstance(r, numbers.Integral):
+            raise ValueError(f"reset option rotation must be an integer, got {r!r}")
     if "queries" in options and not isinstance(options["queries"], (list, tuple)):
         raise TypeError(f"queries must be a list of Query or int, got {options['queries']!r}")
     if "queries" in options and not options["queries"]:
@@ -117,7 +137,17 @@ class QuerySource:
     def _init_queries(self) -> None:
         self._rng = np.random.default_rng(self.config.seed)
         self._warned: set = set()
-        self.swap_roles = self.config.swap_roles
+        cfg = self.config
+        self.rotation = check_rotation(cfg.swap_roles, cfg.rotation, cfg.turns)
+
+    @property
+    def swap_roles(self) -> bool:
+        """Whether the order is rotated (K = 2: llm_1 is the pioneer)."""
+        return self.rotation != 0
+
+    def order(self) -> tuple[str, ...]:
+        """The agents in acting order for the current rotation."""
+        return role_order(self.rotation, self.config.single_agent, self.config.n_agents)
 
     def _reset_queries(self, seed, options, n: int, limit: int | None = None) -> list[Query]:
         """Apply reset(seed, options) and return the n queries of the new episodes.
@@ -129,8 +159,10 @@ class QuerySource:
         opts = parse_reset_options(options, self._warned)
         if seed is not None:
             self._rng = np.random.default_rng(seed)
-        if "swap_roles" in opts:
-            self.swap_roles = bool(opts["swap_roles"])
+        if "rotation" in opts or "swap_roles" in opts:
+            self.rotation = check_rotation(bool(opts.get("swap_roles", False)),
+                                           int(opts.get("rotation", 1 if opts.get("swap_roles")
+                                                        else 0)), self.config.turns)
         group = int(opts.get("group_size", 1))
         if n % group:
             raise ValueError(f"group_size={group} must divide the number of episodes ({n})")
@@ -160,26 +192,23 @@ def as_token(action) -> int:
 
 
 class raw_env(QuerySource, AECEnv):
-    """CORY's sequential two-LLM token-level env (see the module docstring)."""
+    """CORY's sequential K-LLM token-level env (K = 2 by default; see the module docstring)."""
 
     metadata = {"name": "cory_v0", "render_modes": ["human", "ansi"], "is_parallelizable": True}
 
     def __init__(self, **config):
         self.config = EnvConfig.from_kwargs(**config)
-        self.task, self.tokenizer, max_new, context = self.config.resolve()
         self.render_mode = self.config.render_mode
-        self._ep = Episodes(self.task, self.tokenizer, max_new_tokens=max_new,
-                            context_len=context, knowledge_transfer=self.config.knowledge_transfer,
-                            reward_mode=self.config.reward_mode,
-                            single_agent=self.config.single_agent)
-        self.possible_agents = list(role_order(False, self.config.single_agent))
-        vocab = self._ep.vocab
+        self._ep = self.config.episodes()
+        self.task, self.tokenizer = self._ep.task, self._ep.tokenizer
+        self.possible_agents = list(role_order(0, self.config.single_agent, self.config.n_agents))
+        vocab, context, slots = self._ep.vocab, self._ep.L, max(self._ep.n_turns, 2)
         self._obs_space = observation_space(context, vocab, self.config.action_mask)
         self._act_space = spaces.Discrete(vocab)
         self._mask = np.ones(vocab, dtype=np.int8) if self.config.action_mask else None
         self.state_space = spaces.Dict({
-            "input_ids": spaces.Box(0, vocab - 1, (2 * context,), np.int64),
-            "attention_mask": spaces.Box(0, 1, (2 * context,), np.int8),
+            "input_ids": spaces.Box(0, vocab - 1, (slots * context,), np.int64),
+            "attention_mask": spaces.Box(0, 1, (slots * context,), np.int8),
         })
         self._init_queries()
         self.agents: list[str] = []
@@ -197,7 +226,7 @@ class raw_env(QuerySource, AECEnv):
     def reset(self, seed=None, options=None):
         """Start an episode on a sampled query (or `options["queries"][0]`)."""
         self._ep.start(self._reset_queries(seed, options, n=1, limit=1), cap=self.turn_cap)
-        order = role_order(self.swap_roles, self.config.single_agent)
+        order = self.order()
         self._slot = {agent: slot for slot, agent in enumerate(order)}
         self.agents = list(order)
         self.agent_selection = order[PIONEER]
@@ -209,7 +238,7 @@ class raw_env(QuerySource, AECEnv):
 
     def _info(self, agent) -> dict:
         slot = self._slot[agent]
-        return {"role": ROLES[slot], "task_reward": None, "response": None,
+        return {"role": self._ep.roles[slot], "task_reward": None, "response": None,
                 "truncated_prompt_tokens": int(self._ep.dropped[slot, 0])}
 
     def observe(self, agent):
@@ -226,7 +255,7 @@ class raw_env(QuerySource, AECEnv):
         return obs
 
     def state(self):
-        """The joint transcript: the pioneer's view followed by the observer's view."""
+        """The joint transcript: every position's view in acting order (pioneer first)."""
         if not hasattr(self, "_slot"):
             EnvLogger.error_state_before_reset()
         return {"input_ids": self._ep.ids[:, 0].reshape(-1).copy(),
@@ -250,15 +279,15 @@ class raw_env(QuerySource, AECEnv):
             if self._ep.finished:
                 self._finish()
             else:
-                observer = self.agents[OBSERVER]
-                self.infos[observer]["truncated_prompt_tokens"] = int(self._ep.dropped[OBSERVER, 0])
-                self.agent_selection = observer
+                nxt = self._ep.turn
+                self.agent_selection = self.agents[nxt]
+                self.infos[self.agent_selection]["truncated_prompt_tokens"] = \
+                    int(self._ep.dropped[nxt, 0])
         self._accumulate_rewards()
 
     def _finish(self) -> None:
         cap = self.config.max_cycles
-        capped = cap is not None and not self._ep.hit_eos[OBSERVER if not
-                                                           self.config.single_agent else 0, 0]
+        capped = cap is not None and not self._ep.hit_eos[self._ep.n_turns - 1, 0]
         for agent in self.agents:
             slot = self._slot[agent]
             self.rewards[agent] = float(self._ep.agent_rewards[slot, 0])
@@ -291,7 +320,7 @@ class raw_env(QuerySource, AECEnv):
             prompt = self.tokenizer.decode(self._ep.ids[slot, 0, : self._ep.P][
                 self._ep.mask[slot, 0, : self._ep.P].astype(bool)].tolist())
             response = self.tokenizer.decode(self._ep.ids[slot, 0, self._ep.P:][:lens].tolist())
-            line = f"[{agent} {ROLES[slot]}] {prompt!r} -> {response!r}"
+            line = f"[{agent} {self._ep.roles[slot]}] {prompt!r} -> {response!r}"
             if self._ep.task_rewards is not None:
                 line += f"  r={self._ep.task_rewards[slot, 0]:+.3f}"
             lines.append(line)

@@ -6,9 +6,10 @@
         obs, rewards, terms, truncs, infos = env.step(policy(obs))   # actions: (B,) tensor
 
 All episodes are in the same turn at the same time: first the pioneer's (env.agent_selection
-is the pioneer), then the observer's. An episode whose agent emitted EOS ignores its actions
-for the rest of the turn (its obs rows show no new tokens and obs["active"] is False). Its
-semantics equal the AEC env's step for step; `tests/test_env_batched.py` checks it.
+is the pioneer), then the observer's (with `n_agents=K`, positions 1..K-1 in order). An
+episode whose agent emitted EOS ignores its actions for the rest of the turn (its obs rows
+show no new tokens and obs["active"] is False). Its semantics equal the AEC env's step for
+step; `tests/env/test_env_batched.py` and `tests/env/test_chain.py` check it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import torch
 
 from .aec import QuerySource, role_order
 from .config import EnvConfig
-from .core import OBSERVER, PIONEER, ROLES, Episodes
 
 
 class BatchedCoryEnv(QuerySource):
@@ -30,14 +30,10 @@ class BatchedCoryEnv(QuerySource):
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
         self.config = EnvConfig.from_kwargs(**config)
-        self.task, self.tokenizer, max_new, context = self.config.resolve()
         self.batch_size, self.device = batch_size, torch.device(device)
-        self.episodes = Episodes(self.task, self.tokenizer, max_new_tokens=max_new,
-                                 context_len=context,
-                                 knowledge_transfer=self.config.knowledge_transfer,
-                                 reward_mode=self.config.reward_mode,
-                                 single_agent=self.config.single_agent)
-        self.possible_agents = list(role_order(False, self.config.single_agent))
+        self.episodes = self.config.episodes()
+        self.task, self.tokenizer = self.episodes.task, self.episodes.tokenizer
+        self.possible_agents = list(role_order(0, self.config.single_agent, self.config.n_agents))
         self._init_queries()
 
     @property
@@ -62,11 +58,12 @@ class BatchedCoryEnv(QuerySource):
 
     @property
     def role(self) -> str:
-        """The role ("pioneer" or "observer") of the acting agent."""
-        return ROLES[self.episodes.turn]
+        """The role ("pioneer", "observer", or observer_k in a chain) of the acting agent."""
+        return self.episodes.roles[self.episodes.turn]
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> dict:
-        """Start B episodes; options: "swap_roles" (bool), "queries" (Query objects/indices),
+        """Start B episodes; options: "rotation" (int: llm_{(k + r) % K} at position k),
+        "swap_roles" (bool, K = 2's rotation 1), "queries" (Query objects/indices),
         "group_size" (G: B / G queries, each answered G times in a row), "max_new_tokens"
         (n <= T: every answer of this batch stops after n tokens, a length drawn per batch)."""
         queries = self._reset_queries(seed, options, n=self.batch_size)
@@ -75,7 +72,7 @@ class BatchedCoryEnv(QuerySource):
             raise ValueError(f"reset: {len(queries) // g} queries x group_size {g} = "
                              f"{len(queries)} episodes, but batch_size is {self.batch_size}")
         self.episodes.start(queries, cap=self.turn_cap)
-        self.agents = list(role_order(self.swap_roles, self.config.single_agent))
+        self.agents = list(self.order())
         return self.observe()
 
     def observe(self, agent: str | None = None) -> dict:
@@ -117,7 +114,7 @@ class BatchedCoryEnv(QuerySource):
         ep, out = self.episodes, {}
         for slot, agent in enumerate(self.agents):
             out[agent] = {
-                "role": ROLES[slot],
+                "role": ep.roles[slot],
                 "task_reward": None if ep.task_rewards is None
                 else torch.as_tensor(ep.task_rewards[slot], dtype=torch.float32),
                 "response": ep.texts[slot],
@@ -137,20 +134,21 @@ class BatchedCoryEnv(QuerySource):
                 "pool_size": self.pool_size}
 
     def state(self) -> dict:
-        """The joint transcript (pioneer's view then observer's view) as (B, 2L) tensors."""
+        """The joint transcript (every position's view, pioneer first) as (B, K*L) tensors."""
         ep = self.episodes
-        ids = np.concatenate([ep.ids[PIONEER], ep.ids[OBSERVER]], axis=1)
-        mask = np.concatenate([ep.mask[PIONEER], ep.mask[OBSERVER]], axis=1)
+        ids = np.concatenate(list(ep.ids), axis=1)
+        mask = np.concatenate(list(ep.mask), axis=1)
         return {"input_ids": self._tensor(ids), "attention_mask": self._tensor(mask).long()}
 
     def rng_state(self) -> dict:
         """The query sampler's RNG state (for checkpoints)."""
-        return {"rng": self._rng.bit_generator.state, "swap_roles": self.swap_roles}
+        return {"rng": self._rng.bit_generator.state, "swap_roles": self.swap_roles,
+                "rotation": self.rotation}
 
     def set_rng_state(self, state: dict) -> None:
         """Restore what rng_state() returned."""
         self._rng.bit_generator.state = state["rng"]
-        self.swap_roles = state["swap_roles"]
+        self.rotation = int(state.get("rotation", state["swap_roles"]))
 
     def _slot(self, agent: str | None, what: str) -> int | None:
         """The agent's slot in the current order, or a clear error (before reset / unknown)."""

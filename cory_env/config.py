@@ -22,7 +22,9 @@ class EnvConfig:
     tokenizer: Any = None  # HF tokenizer object or path; None -> the task's own
     max_new_tokens: int | None = None  # None -> the task's default
     context_len: int | None = None  # observation length L; None -> the task's default
-    swap_roles: bool = False  # the agent-order flag: False -> llm_0 is the pioneer
+    n_agents: int = 2  # K: a chain llm_0..llm_{K-1}, each seeing the answers before it
+    rotation: int = 0  # the order offset: position k is played by llm_{(k + rotation) % K}
+    swap_roles: bool = False  # K = 2's spelling of rotation=1: llm_1 is the pioneer
     knowledge_transfer: bool = True  # the observer sees the pioneer's response
     reward_mode: str = "collective"  # "collective" (r_pio + r_obs to both) or "individual"
     single_agent: bool = False  # only llm_0 acts (the single-agent PPO baseline)
@@ -41,6 +43,13 @@ class EnvConfig:
         if self.render_mode is not None and self.render_mode not in RENDER_MODES:
             raise ValueError(f"render_mode must be one of {RENDER_MODES} or None, "
                              f"got {self.render_mode!r}")
+        if not _is_int(self.n_agents) or self.n_agents < 1:
+            raise ValueError(f"n_agents must be a positive integer, got {self.n_agents!r}")
+        if self.single_agent and self.n_agents > 2:
+            raise ValueError(f"single_agent=True conflicts with n_agents={self.n_agents}")
+        if not _is_int(self.rotation):
+            raise TypeError(f"rotation must be an integer, got {self.rotation!r}")
+        check_rotation(self.swap_roles, self.rotation, self.turns)
         for name in ("max_new_tokens", "context_len", "max_cycles"):
             value = getattr(self, name)
             if value is not None and (not _is_int(value) or value < 1):
@@ -48,6 +57,11 @@ class EnvConfig:
         if self.seed is not None and not _is_int(self.seed):
             raise TypeError(f"seed must be an int or None, got {self.seed!r}")
         return self
+
+    @property
+    def turns(self) -> int:
+        """How many agents act per episode (1 for single_agent)."""
+        return 1 if self.single_agent or self.n_agents == 1 else self.n_agents
 
     def resolve(self) -> tuple[Task, Any, int, int]:
         """Build (task, tokenizer, max_new_tokens, context_len) from the settings."""
@@ -64,6 +78,16 @@ class EnvConfig:
             raise ValueError(f"context_len ({context}) must exceed max_new_tokens ({max_new})")
         return task, tokenizer, max_new, context
 
+    def episodes(self):
+        """The episode engine these settings describe (task, tokenizer and lengths resolved)."""
+        from .core import Episodes
+
+        task, tokenizer, max_new, context = self.resolve()
+        return Episodes(task, tokenizer, max_new_tokens=max_new, context_len=context,
+                        knowledge_transfer=self.knowledge_transfer, reward_mode=self.reward_mode,
+                        single_agent=self.single_agent, n_agents=self.n_agents,
+                        fit_context=self.context_len is None, split=self.split)
+
     @classmethod
     def from_kwargs(cls, **kwargs) -> EnvConfig:
         """Build a config from keywords, naming any unknown key."""
@@ -72,6 +96,20 @@ class EnvConfig:
         if unknown:
             raise TypeError(f"unknown env config keys {unknown}; known: {sorted(known)}")
         return cls(**kwargs).validate()
+
+
+def check_rotation(swap_roles, rotation, n_agents: int) -> int:
+    """The rotation offset that `swap_roles` and `rotation` ask for together, mod K; a
+    ValueError when swap_roles=True is given with K != 2 or disagrees with rotation."""
+    check_bool("swap_roles", swap_roles)
+    if n_agents == 1:  # one agent: nothing to rotate
+        return 0
+    if swap_roles and n_agents != 2:
+        raise ValueError(f"swap_roles=True is the two-agent spelling of rotation=1; with "
+                         f"n_agents={n_agents} set rotation instead")
+    if swap_roles and rotation % 2 == 0 and rotation != 0:
+        raise ValueError(f"swap_roles=True and rotation={rotation} disagree")
+    return (1 if swap_roles else rotation) % n_agents
 
 
 def load_tokenizer(tokenizer):

@@ -1,8 +1,9 @@
 """The episode engine shared by the AEC env and the batched env.
 
 `Episodes` steps B CORY episodes in lockstep with numpy arrays: the pioneer's turn, then the
-observer's turn, then the task reward. Both public envs are thin views of it, which is why
-their semantics are the same by construction (and tested to be).
+observer's turn (in a chain of K agents, positions 1..K-1 in order, each seeing the answers
+before it), then the task reward. Both public envs are thin views of it, which is why their
+semantics are the same by construction (and tested to be).
 
 Token layout of every observation, per agent, fixed size L = context_len:
 
@@ -16,39 +17,66 @@ the number of dropped tokens is reported in infos["truncated_prompt_tokens"].
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
 
-from .tasks.base import QUERY, RESPONSE, Query, Task
+from .tasks.base import QUERY, Query, Task, slot_position
 
 PIONEER, OBSERVER = 0, 1
 ROLES = ("pioneer", "observer")
 
 
-class TemplateRenderer:
-    """Turns a template plus per-episode query/response ids into right-aligned prompt rows."""
+def role_names(n_agents: int) -> tuple[str, ...]:
+    """The roles of a chain's positions: pioneer, observer (K = 2) or observer_1..K-1."""
+    if n_agents <= 2:
+        return ROLES[:n_agents]
+    return ("pioneer", *(f"observer_{k}" for k in range(1, n_agents)))
 
-    def __init__(self, template, tokenizer):
-        self.pieces: list[str | np.ndarray] = []
+
+class TemplateRenderer:
+    """Turns a template plus per-episode query/response ids into right-aligned prompt rows.
+
+    Pieces are static token ids, QUERY, or the 0-based chain position of an earlier answer.
+    """
+
+    def __init__(self, template, tokenizer, position: int = 1):
+        self.pieces: list[str | int | np.ndarray] = []
         for piece in template.pieces():
-            if piece in (QUERY, RESPONSE):
+            earlier = slot_position(piece, position)
+            if piece == QUERY:
                 self.pieces.append(piece)
+            elif earlier is not None:
+                if not 1 <= earlier <= position:
+                    raise ValueError(f"template {template.text!r} of chain position {position} "
+                                     f"uses {piece}, but only answers 1..{position} come before")
+                self.pieces.append(earlier - 1)
             else:
                 ids = tokenizer.encode(piece, add_special_tokens=False)
                 self.pieces.append(np.asarray(ids, dtype=np.int64))
 
-    def render(self, q_ids, q_len, r_ids, r_len, width: int, pad: int):
-        """Return (ids (B,width), mask (B,width), dropped (B,)) with prompts right-aligned."""
+    def static_len(self) -> int:
+        """Tokens of the template's static text."""
+        return sum(len(p) for p in self.pieces if isinstance(p, np.ndarray))
+
+    def count(self, kind) -> int:
+        """How many query pieces (kind=str) or earlier answers (kind=int) the template has."""
+        return sum(isinstance(p, kind) for p in self.pieces)
+
+    def render(self, q_ids, q_len, answers, width: int, pad: int):
+        """Return (ids (B,width), mask (B,width), dropped (B,)) with prompts right-aligned;
+        `answers` holds the (ids (B, n), lengths (B,)) of the earlier positions."""
         batch = len(q_len)
         if batch == 1:
-            return self._render_one(q_ids[0, : q_len[0]], r_ids[0, : r_len[0]], width, pad)
+            return self._render_one(q_ids[0, : q_len[0]],
+                                    [ids[0, : n[0]] for ids, n in answers], width, pad)
         parts = []
         for piece in self.pieces:
-            if isinstance(piece, str) and piece == QUERY:
+            if isinstance(piece, str):
                 parts.append((q_ids, q_len))
-            elif isinstance(piece, str):
-                parts.append((r_ids, r_len))
+            elif isinstance(piece, int):
+                parts.append(answers[piece])
             else:
                 parts.append((np.broadcast_to(piece, (batch, len(piece))),
                               np.full(batch, len(piece), dtype=np.int64)))
@@ -72,10 +100,10 @@ class TemplateRenderer:
         out[mask] = np.take_along_axis(full, src, axis=1)[mask]
         return out, mask.astype(np.int8), dropped
 
-    def _render_one(self, query, response, width: int, pad: int):
+    def _render_one(self, query, answers, width: int, pad: int):
         """`render` for a single episode (the AEC env's path): one concatenate, no index maths."""
-        parts = [query if isinstance(piece, str) and piece == QUERY else
-                 response if isinstance(piece, str) else piece for piece in self.pieces]
+        parts = [query if isinstance(piece, str) else answers[piece]
+                 if isinstance(piece, int) else piece for piece in self.pieces]
         row = np.concatenate(parts) if parts else np.zeros(0, np.int64)
         dropped = max(len(row) - width, 0)
         row = row[dropped:]
@@ -88,22 +116,37 @@ class TemplateRenderer:
 
 
 class Episodes:
-    """B pioneer-then-observer episodes stepped in lockstep (numpy, no loop over B per step)."""
+    """B chains of K turns (pioneer first) stepped in lockstep (numpy, no loop over B per step).
+
+    Arrays are indexed by chain position (slot), not by agent: the envs map agents to slots.
+    """
 
     def __init__(self, task: Task, tokenizer, *, max_new_tokens: int, context_len: int,
                  knowledge_transfer: bool = True, reward_mode: str = "collective",
-                 single_agent: bool = False):
+                 single_agent: bool = False, n_agents: int = 2, fit_context: bool = False,
+                 split: str = "train"):
         self.task, self.tokenizer = task, tokenizer
-        self.T, self.L = max_new_tokens, context_len
-        self.P = context_len - max_new_tokens
         self.reward_mode, self.single_agent = reward_mode, single_agent
         self.knowledge_transfer = knowledge_transfer
         self.vocab = len(tokenizer)
         self.eos = tokenizer.eos_token_id
         self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos
-        pio_t, obs_t = task.templates(knowledge_transfer)
-        self.renderers = (TemplateRenderer(pio_t, tokenizer), TemplateRenderer(obs_t, tokenizer))
-        self.n_turns = 1 if single_agent else 2
+        self.n_turns = 1 if single_agent else n_agents
+        self.renderers = tuple(TemplateRenderer(t, tokenizer, k) for k, t in
+                               enumerate(task.templates(knowledge_transfer, max(self.n_turns, 2))))
+        self.roles = role_names(self.n_turns)
+        self.T, self.L = max_new_tokens, context_len
+        if self.n_turns > 2:  # prompts grow with K: fit L to them, or say what to raise
+            longest = max(len(task.query_ids(q, tokenizer)) for q in task.queries(split))
+            need = chain_context(self.renderers, longest, max_new_tokens)
+            if fit_context:
+                self.L = max(context_len, need)
+            elif context_len < need:
+                warnings.warn(f"context_len={context_len} is too short for {self.n_turns} "
+                              f"agents: the last position's prompt can reach "
+                              f"{need - max_new_tokens} tokens and would be left-truncated; "
+                              f"raise context_len to {need} (or leave it unset)", stacklevel=3)
+        self.P = self.L - max_new_tokens
         self.batch = 0
 
     # -- episode start --------------------------------------------------------------------
@@ -121,27 +164,26 @@ class Episodes:
         self.q_ids = np.full((b, max(int(self.q_len.max()), 1)), self.pad, dtype=np.int64)
         for i, ids in enumerate(encoded):  # once per episode, not per step
             self.q_ids[i, : len(ids)] = ids
-        self.ids = np.full((2, b, self.L), self.pad, dtype=np.int64)
-        self.mask = np.zeros((2, b, self.L), dtype=np.int8)
-        self.resp_len = np.zeros((2, b), dtype=np.int64)
-        self.hit_eos = np.zeros((2, b), dtype=bool)
-        self.dropped = np.zeros((2, b), dtype=np.int64)
+        k = max(self.n_turns, 2)  # a single agent keeps the observer's slot empty
+        self.ids = np.full((k, b, self.L), self.pad, dtype=np.int64)
+        self.mask = np.zeros((k, b, self.L), dtype=np.int8)
+        self.resp_len = np.zeros((k, b), dtype=np.int64)
+        self.hit_eos = np.zeros((k, b), dtype=bool)
+        self.dropped = np.zeros((k, b), dtype=np.int64)
         self.task_rewards: np.ndarray | None = None
         self.agent_rewards: np.ndarray | None = None
         self.turn, self.t = PIONEER, 0
         self.turn_done = np.zeros(b, dtype=bool)
-        self.texts: list[list[str] | None] = [None, None]
+        self.texts: list[list[str] | None] = [None] * k
         self.finished = False
         self._begin_turn(PIONEER)
 
     def _begin_turn(self, slot: int) -> None:
-        empty = np.zeros((self.batch, 0), dtype=np.int64)
-        r_ids, r_len = empty, np.zeros(self.batch, dtype=np.int64)
-        if slot == OBSERVER:
-            r_ids = self.ids[PIONEER, :, self.P:]
-            r_len = self.resp_len[PIONEER] - self.hit_eos[PIONEER]  # EOS is not copied over
+        # the answers of the positions before `slot`; EOS is not copied over
+        answers = [(self.ids[j, :, self.P:], self.resp_len[j] - self.hit_eos[j])
+                   for j in range(slot)]
         ids, mask, dropped = self.renderers[slot].render(
-            self.q_ids, self.q_len, r_ids, r_len, self.P, self.pad)
+            self.q_ids, self.q_len, answers, self.P, self.pad)
         self.ids[slot, :, : self.P], self.mask[slot, :, : self.P] = ids, mask
         self.dropped[slot] = dropped
         self.turn, self.t = slot, 0
@@ -173,8 +215,8 @@ class Episodes:
         if self.t < self.cap and not all_done:
             return False
         self.texts[slot] = self.responses(slot)
-        if slot == PIONEER and not self.single_agent:
-            self._begin_turn(OBSERVER)
+        if slot + 1 < self.n_turns:
+            self._begin_turn(slot + 1)
         else:
             self._score()
             self.finished = True
@@ -221,6 +263,13 @@ class Episodes:
             self.agent_rewards = np.broadcast_to(scores.sum(0), scores.shape).copy()
         else:
             self.agent_rewards = scores.copy()
+
+
+def chain_context(renderers, query_len: int, max_new_tokens: int) -> int:
+    """The context length L that fits every position's longest prompt plus its answer:
+    static tokens + `query_len` per query slot + max_new_tokens per earlier answer."""
+    return max(r.static_len() + r.count(str) * query_len + r.count(int) * max_new_tokens
+               for r in renderers) + max_new_tokens
 
 
 def safe_reward(task: Task, queries: Sequence[Query], texts: Sequence[str]) -> np.ndarray:

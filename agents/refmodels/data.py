@@ -53,12 +53,12 @@ def _pieces(template: str, tokenizer) -> list:
 
 def _assemble(pieces: list, query: Sequence[int], response: Sequence[int] = ()) -> list[int]:
     """Concatenate template pieces with the query/response ids, as the env's renderer does."""
-    from cory_env.tasks.base import QUERY
-
     out: list[int] = []
     for piece in pieces:
-        if isinstance(piece, str):
-            out.extend(query if piece == QUERY else response)
+        if isinstance(piece, str):  # the query
+            out.extend(query)
+        elif isinstance(piece, int):  # the previous answer
+            out.extend(response)
         else:
             out.extend(int(i) for i in piece)
     return out

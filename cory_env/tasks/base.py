@@ -16,7 +16,21 @@ from typing import Any
 import numpy as np
 
 QUERY, RESPONSE = "{query}", "{response}"
-_PLACEHOLDER = re.compile(r"(\{query\}|\{response\})")
+_PLACEHOLDER = re.compile(r"(\{query\}|\{response(?:_\d+)?\})")
+
+
+def response_slot(position: int) -> str:
+    """The placeholder of the answer given at chain position `position` (1 = the pioneer's)."""
+    return f"{{response_{position}}}"
+
+
+def slot_position(piece: str, previous: int) -> int | None:
+    """The 1-based chain position a response placeholder refers to (`{response}`: the
+    latest, `previous`), or None for any other piece."""
+    if piece == RESPONSE:
+        return previous
+    found = re.fullmatch(r"\{response_(\d+)\}", piece)
+    return int(found.group(1)) if found else None
 
 
 @dataclass(frozen=True)
@@ -33,8 +47,10 @@ class Query:
 class Template:
     """A prompt template split into static strings and `{query}` / `{response}` slots.
 
-    Static pieces are tokenized once; the query and the response are inserted as token ids,
-    so the pioneer's tokens appear in the observer's prompt exactly as generated.
+    Static pieces are tokenized once; the query and the responses are inserted as token ids,
+    so earlier agents' tokens appear in a later agent's prompt exactly as generated.
+    `{response}` is the previous agent's answer; in a chain of K agents `{response_j}` is the
+    answer of position j (1 = the pioneer).
     """
 
     text: str
@@ -52,7 +68,8 @@ class Task(ABC):
     """A CORY task: where queries come from, how prompts look, and how responses are scored.
 
     Subclasses set `name`, `pioneer_template` and `observer_template`, and implement
-    `load_queries`, `reward` and `build_tokenizer`. See README "Writing a task".
+    `load_queries`, `reward` and `build_tokenizer`. See README "Writing a task". In a chain of
+    K > 2 agents, position k >= 2 uses `chain_template(k)`.
     """
 
     name: str = "task"
@@ -104,12 +121,21 @@ class Task(ABC):
     def reward(self, queries: Sequence[Query], responses: Sequence[str]) -> np.ndarray:
         """Score each response to its query; returns a float array of shape (len(queries),)."""
 
-    def templates(self, knowledge_transfer: bool) -> tuple[Template, Template]:
-        """The (pioneer, observer) templates for a knowledge-transfer setting."""
-        observer = self.observer_template
+    def chain_template(self, position: int) -> str:
+        """The prompt of chain position `position` >= 2 (0-based): the observer template with
+        the answers of positions 1..position listed, one per line, where it has `{response}`."""
+        listed = "\n".join(response_slot(j) for j in range(1, position + 1))
+        return self.observer_template.replace(RESPONSE, listed)
+
+    def templates(self, knowledge_transfer: bool, n_agents: int = 2) -> tuple[Template, ...]:
+        """The templates of the K = n_agents chain positions (pioneer first) for a
+        knowledge-transfer setting; without it every later position sees only the query."""
         if not knowledge_transfer:
-            observer = self.observer_template_no_kt or self.pioneer_template
-        return Template(self.pioneer_template), Template(observer)
+            alone = self.observer_template_no_kt or self.pioneer_template
+            return (Template(self.pioneer_template),) + (Template(alone),) * (n_agents - 1)
+        later = [self.observer_template if k == 1 else self.chain_template(k)
+                 for k in range(1, n_agents)]
+        return tuple(Template(t) for t in [self.pioneer_template, *later])
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"

@@ -11,7 +11,8 @@ download and the env steps in microseconds.
 
 Knowledge transfer: the observer's prompt shows the pioneer's answer after "hint :", so an
 observer that reads its context can copy a good answer; with `knowledge_transfer=False` it gets
-only the pioneer's prompt. (The small MLP policy of `agents/tianshou_adapter.py` learns about
+only the pioneer's prompt. In a chain of K > 2 agents position k sees one "hint :" per earlier
+answer. (The small MLP policy of `agents/tianshou_adapter.py` learns about
 equally fast either way: for a net without an LLM's knack for copying from context, copying a
 word is no easier than learning the 8 thing -> colour pairs.)
 """
@@ -59,6 +60,11 @@ class CourseTask(Task):
     observer_template = "colour of {query} ? hint : {response}"
     default_max_new_tokens = 2
     default_context_len = 10  # the observer's prompt is at most 8 tokens
+
+    def chain_template(self, position: int) -> str:
+        """Chain position >= 2: one `hint :` per earlier answer."""
+        hints = " ".join(f"hint : {{response_{j}}}" for j in range(1, position + 1))
+        return "colour of {query} ? " + hints
 
     def build_tokenizer(self):
         """The in-process word-level tokenizer (no download)."""

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .base import Query, Task, exact_match_reward, register_task
+from .base import Query, Task, exact_match_reward, register_task, response_slot
 
 GSM8K_ONE_SHOT = (
     "Question: Shawn has five toys. For Christmas, he got two toys each from his mom and dad. "
@@ -20,6 +20,19 @@ GSM8K_ONE_SHOT = (
     "4 more toys. 5 + 4 = 9.\n"
 )
 IMDB_OBSERVER = 'I can make this sentence "{query}{response}" more positive: {query}'
+
+
+def rewrite_chain(position: int) -> str:
+    """IMDB's observer prompt for chain position >= 2: every earlier continuation listed as a
+    quoted sentence, then the query to continue."""
+    quoted = " ".join(f'"{{query}}{response_slot(j)}"' for j in range(1, position + 1))
+    return f"I can make these sentences {quoted} more positive: {{query}}"
+
+
+def reference_chain(one_shot: str, position: int) -> str:
+    """The GSM8K-style prompt for chain position >= 2: numbered `Reference j:` lines."""
+    refs = "".join(f"Reference {j}: {response_slot(j)}\n" for j in range(1, position + 1))
+    return one_shot + "Question: {query}\n" + refs + "Answer:"
 
 
 def load_split(dataset: str, split: str, config: str | None = None):
@@ -66,6 +79,10 @@ class IMDBTask(Task):
         self.reward_device, self.reward_batch_size = reward_device, reward_batch_size
         self.seed = seed
         self._classifier = None
+
+    def chain_template(self, position: int) -> str:
+        """Chain position >= 2: the earlier continuations listed (`rewrite_chain`)."""
+        return rewrite_chain(position)
 
     def build_tokenizer(self):
         """The policy's tokenizer (GPT-2 by default)."""
@@ -123,6 +140,10 @@ class GSM8KTask(Task):
         super().__init__()
         self.dataset, self.config, self.tokenizer_name = dataset, config, tokenizer
         self.max_queries = max_queries
+
+    def chain_template(self, position: int) -> str:
+        """Chain position >= 2: numbered references (`reference_chain`)."""
+        return reference_chain(GSM8K_ONE_SHOT, position)
 
     def build_tokenizer(self):
         """The policy's tokenizer (Llama-2-7b-chat by default)."""

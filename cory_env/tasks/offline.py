@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .base import Query, Task, exact_match_reward, register_task
-from .hf import IMDB_OBSERVER, prefix_queries
+from .hf import IMDB_OBSERVER, prefix_queries, reference_chain, rewrite_chain
 
 SPLIT_SEEDS = {"train": 0, "test": 1}
 
@@ -42,6 +42,10 @@ class SentimentTask(Task):
         self.n_queries, self.prompt_tokens = n_queries, prompt_tokens
         self.saturation = saturation
         self._scorer = None
+
+    def chain_template(self, position: int) -> str:
+        """Chain position >= 2: the earlier continuations listed (`rewrite_chain`)."""
+        return rewrite_chain(position)
 
     def build_tokenizer(self):
         """The task's own byte-level BPE tokenizer (built offline, cached)."""
@@ -88,6 +92,12 @@ class ArithmeticTask(Task):
         from ..data.corpus import ARITH_ONE_SHOT
 
         return ARITH_ONE_SHOT + "Question: {query}\nReference: {response}\nAnswer:"
+
+    def chain_template(self, position: int) -> str:
+        """Chain position >= 2: numbered references (`reference_chain`)."""
+        from ..data.corpus import ARITH_ONE_SHOT
+
+        return reference_chain(ARITH_ONE_SHOT, position)
     default_max_new_tokens = 40  # the longest worked solution is 37 tokens + EOS
     default_context_len = 192
 

@@ -178,6 +178,41 @@ def child_main(args) -> None:
     print(json.dumps(out), flush=True)
 
 
+def lora_team_main(args) -> None:
+    """Build K LoRA policies on one base in this process; print its memory as one JSON line."""
+    from agents.policy import LLMPolicy, LoraSettings
+
+    before = current_rss_mb()
+    team = LLMPolicy.shared_lora(args.model, LoraSettings(),
+                                 names=[f"llm_{i}" for i in range(args.lora_team)])
+    params = {id(p): p for pol in team for p in pol.parameters()}
+    lora = [p for n, p in team[0].model.named_parameters() if "lora_" in n]
+    mb = lambda ps: round(sum(p.numel() * p.element_size() for p in ps) / 2**20, 2)  # noqa: E731
+    print(json.dumps({"n_agents": args.lora_team, "rss_growth_mb": current_rss_mb() - before,
+                      "param_mb": mb(params.values()), "adapters_mb": mb(lora),
+                      "value_heads_mb": mb([p for pol in team for p in
+                                            pol.value_head.parameters()])}), flush=True)
+
+
+def current_rss_mb() -> int:
+    """This process' resident memory now, in MB."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) // 1024 for line in f if line.startswith("VmRSS:"))
+
+
+def chain_costs(args) -> None:
+    """--chain: env cost per decode step and LoRA-team memory for each K; one JSON line."""
+    import torch
+
+    torch.set_num_threads(args.threads)
+    env = {k: batched_env_overhead(args.model, args.env_rounds, n_agents=k)
+           for k in args.chain_agents}
+    memory = {k: run_json([sys.executable, str(Path(__file__).resolve()), "--lora-team", str(k),
+                           "--model", args.model], f"LoRA team K={k}", args.timeout)
+              for k in args.chain_agents}
+    print(json.dumps({"batched_env_overhead": env, "lora_team_memory": memory}))
+
+
 def last_json(text: str) -> dict | None:
     """The last line of text that parses as a JSON object."""
     for line in reversed(text.strip().splitlines()):
@@ -316,8 +351,10 @@ class _Timed:
         return timed
 
 
-def batched_env_overhead(model: str, rounds: int, batch: int = 64, resp: int = 16) -> dict:
-    """Time env.step vs. the policy's decode step (sample + cached forward) inside rollouts."""
+def batched_env_overhead(model: str, rounds: int, batch: int = 64, resp: int = 16,
+                         n_agents: int = 2) -> dict:
+    """Time env.step vs. the policy's decode step (sample + cached forward) inside rollouts
+    of a chain of `n_agents` (the context fitted to the chain's longest prompt beyond K = 2)."""
     import torch
 
     from agents.policy import LLMPolicy, SamplingConfig
@@ -326,8 +363,8 @@ def batched_env_overhead(model: str, rounds: int, batch: int = 64, resp: int = 1
 
     policy = LLMPolicy.from_pretrained(model, reference=None)
     env = BatchedCoryEnv(batch_size=batch, task=zero_reward(ReferenceWorkload(model)),
-                         tokenizer=model, max_new_tokens=resp, context_len=context_len(resp),
-                         seed=0)
+                         tokenizer=model, max_new_tokens=resp, n_agents=n_agents, seed=0,
+                         context_len=context_len(resp) if n_agents == 2 else None)
     sampling, gen = SamplingConfig(repetition_penalty=1.1), torch.Generator().manual_seed(0)
     for round_ in range(rounds + 1):
         if round_ == 1:  # round 0 was a warm-up
@@ -342,7 +379,8 @@ def batched_env_overhead(model: str, rounds: int, batch: int = 64, resp: int = 1
     return {"env_step_ms": round(1e3 * env_step, 3), "forward_ms": round(1e3 * forward, 3),
             "decode_step_ms": round(1e3 * decode_step, 3),
             "frac_of_step": round(env_step / decode_step, 4),
-            "frac_of_forward": round(env_step / forward, 4)}
+            "frac_of_forward": round(env_step / forward, 4), "n_agents": n_agents,
+            "context_len": env.episodes.L}
 
 
 # ----------------------------------------------------------------------------- GPU
@@ -597,6 +635,8 @@ def main(argv=None) -> None:
     args.threads = resolve_threads(args.threads)
     if args.child:
         return child_main(args)
+    if args.lora_team:
+        return lora_team_main(args)
     if args.gpu_only:
         import torch
 
@@ -607,6 +647,8 @@ def main(argv=None) -> None:
         print(f"no TRL python at {args.trl_python}: TRL rows are null (make perf-trl-venv)")
         args.trl_python = None
     ensure_model(args.model, args.trl_python)
+    if args.chain:
+        return chain_costs(args)
     print(f"model {args.model}, threads {args.threads} (load {os.getloadavg()[0]:.1f}, "
           f"{os.cpu_count()} cores), {args.iters} timed iterations after {args.warmup}",
           flush=True)
@@ -701,6 +743,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "pass (PPOConfig.max_tokens_per_pass)")
     p.add_argument("--env-steps", type=int, default=20000, help="AEC steps per timing")
     p.add_argument("--env-rounds", type=int, default=4, help="batched-env rollouts timed")
+    p.add_argument("--chain", action="store_true",
+                   help="only a K-agent chain's costs, for each --chain-agents: the batched "
+                        "env step per decode step, and the memory of K LoRA adapters on one base")
+    p.add_argument("--chain-agents", type=lambda s: [int(k) for k in s.split(",")],
+                   default=[2, 4], help="chain lengths K of --chain (comma list)")
+    p.add_argument("--lora-team", type=int, default=None,
+                   help=argparse.SUPPRESS)  # a child: build K LoRA adapters on one base
     p.add_argument("--device", default="cpu", help="device of our iterations")
     p.add_argument("--precision", default="auto", choices=["auto", "bf16"],
                    help="auto: bf16 autocast on CUDA only; bf16: also on CPU (opt-in)")
