@@ -15,7 +15,8 @@ A chain of K agents (`n_agents=K`: `llm_0 .. llm_{K-1}`, roles pioneer, observer
 observer_{K-1}): the agent at position k sees the query and the answers of positions 0..k-1
 (each task's `chain_template`), all K are paid the sum of the K task rewards (or their own),
 and `rotation=r` (a config field or reset option) puts llm_{(k + r) mod K} at position k;
-`swap_roles` is the K = 2 spelling of rotation 1. Prompts grow with K: an unset context_len is
+`swap_roles` is the K = 2 spelling of rotation 1 (reset option "order": any permutation of
+the agents, kept until a rotation is given). Prompts grow with K: an unset context_len is
 fitted to the longest prompt, a given one that is too short is warned about.
 """
 
@@ -37,7 +38,7 @@ from .core import PIONEER
 from .tasks.base import Query
 
 AGENTS = ("llm_0", "llm_1")
-RESET_OPTIONS = ("swap_roles", "rotation", "queries", "group_size", "max_new_tokens")
+RESET_OPTIONS = ("swap_roles", "rotation", "order", "queries", "group_size", "max_new_tokens")
 
 
 def agent_names(n_agents: int) -> tuple[str, ...]:
@@ -109,6 +110,14 @@ def parse_reset_options(options, warned: set) -> dict:
     return {k: options[k] for k in RESET_OPTIONS if k in options}
 
 
+def check_order(order, agents: list[str]) -> tuple[str, ...]:
+    """The reset option "order" as a tuple, or a ValueError unless it permutes `agents`."""
+    if not isinstance(order, (list, tuple)) or sorted(map(str, order)) != sorted(agents) \
+            or len(order) != len(agents):
+        raise ValueError(f"reset option order must be a permutation of {agents}, got {order!r}")
+    return tuple(order)
+
+
 def resolve_queries(items, pool: list[Query]) -> list[Query]:
     """Turn a list of Query objects or indices into the split's queries."""
     out = []
@@ -139,15 +148,17 @@ class QuerySource:
         self._warned: set = set()
         cfg = self.config
         self.rotation = check_rotation(cfg.swap_roles, cfg.rotation, cfg.turns)
+        self.permutation: tuple[str, ...] | None = None  # reset option "order", if given
 
     @property
     def swap_roles(self) -> bool:
-        """Whether the order is rotated (K = 2: llm_1 is the pioneer)."""
-        return self.rotation != 0
+        """Whether the order is not llm_0's first (K = 2: llm_1 is the pioneer)."""
+        return self.order()[0] != "llm_0"
 
     def order(self) -> tuple[str, ...]:
-        """The agents in acting order for the current rotation."""
-        return role_order(self.rotation, self.config.single_agent, self.config.n_agents)
+        """The agents in acting order: the reset option "order", else the rotation's."""
+        return self.permutation or role_order(self.rotation, self.config.single_agent,
+                                              self.config.n_agents)
 
     def _reset_queries(self, seed, options, n: int, limit: int | None = None) -> list[Query]:
         """Apply reset(seed, options) and return the n queries of the new episodes.
@@ -159,7 +170,12 @@ class QuerySource:
         opts = parse_reset_options(options, self._warned)
         if seed is not None:
             self._rng = np.random.default_rng(seed)
+        if "order" in opts and ("rotation" in opts or opts.get("swap_roles")):
+            raise ValueError("give the reset option order or rotation/swap_roles, not both")
+        if "order" in opts:
+            self.permutation = check_order(opts["order"], self.possible_agents)
         if "rotation" in opts or "swap_roles" in opts:
+            self.permutation = None
             self.rotation = check_rotation(bool(opts.get("swap_roles", False)),
                                            int(opts.get("rotation", 1 if opts.get("swap_roles")
                                                         else 0)), self.config.turns)

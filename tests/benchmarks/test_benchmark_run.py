@@ -335,3 +335,37 @@ def test_run_py_works_as_a_script():
     for option in ("--tasks", "--methods", "--seeds", "--iterations", "--batch-size",
                    "--eta-sweep", "--device", "--out", "--resume", "--quick", "--preset"):
         assert option in done.stdout
+
+
+def test_n_agents_runs_chains_and_reports_every_position(tiny_lm, tmp_path):
+    out = tmp_path / "chain"
+    report = main(["--quick", "--model", tiny_lm, "--out", str(out), *TINY, "--tasks",
+                   "sentiment", "--methods", "ppo,cory,mappo", "--n-agents", "3",
+                   "--t-rex", "1"])
+    rows = rec.read_jsonl(out / "metrics.jsonl")
+    assert {r["agent"] for r in rows if r["method"] == "ppo"} == {"llm_0"}  # K is for chains
+    for method in ("cory", "mappo"):
+        mine = [r for r in rows if r["method"] == method]
+        assert {r["agent"] for r in mine} == {"llm_0", "llm_1", "llm_2"}
+        for r in mine:  # the rotation puts llm_{(k + r) % 3} at position k
+            assert r["agent"] == f"llm_{(r['position'] + r['rotation']) % 3}"
+            assert r["rotation"] == r["iteration"] % 3
+            assert ("copy_rate" in r) == (r["position"] > 0)
+    text = (out / "report.md").read_text()
+    assert "| cory | observer_2 − observer_1 |" in text
+    assert "| mappo | observer_1 − pioneer |" in text
+    assert (out / "plots" / "positions_sentiment.png").exists()
+    assert {r["model"] for r in rec.read_jsonl(out / "alone.jsonl") if r["method"] == "cory"} \
+        == {"llm_0", "llm_1", "llm_2"}
+    assert report
+    from benchmarks.compare import lines
+
+    two = tmp_path / "two"
+    main(["--quick", "--model", tiny_lm, "--out", str(two), *TINY, "--tasks", "sentiment",
+          "--methods", "cory"])
+    compared = "\n".join(lines([str(two), str(out)], "sentiment", "cory"))
+    assert "alone reward, llm_2" in compared and "in training, observer_2" in compared
+    diff = compared.split("(paired by seed)")[1]
+    assert "in training, last position" in diff and "llm_2" not in diff
+    with pytest.raises(ValueError, match="has no 'ppo' run"):
+        lines([str(two)], "sentiment", "ppo")

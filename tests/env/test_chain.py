@@ -34,6 +34,21 @@ def test_rotation_orders_the_chain():
         ["llm_0", "llm_1", "llm_2"]
 
 
+def test_any_permutation_as_the_order():
+    env = BatchedCoryEnv(batch_size=2, task="course", n_agents=3)
+    env.reset(seed=0, options={"order": ["llm_2", "llm_0", "llm_1"]})
+    assert env.agents == ["llm_2", "llm_0", "llm_1"] and env.role == "pioneer"
+    env.reset(seed=0)  # the order stays until a rotation is given
+    assert env.agents == ["llm_2", "llm_0", "llm_1"]
+    env.reset(seed=0, options={"rotation": 0})
+    assert env.agents == ["llm_0", "llm_1", "llm_2"]
+    for bad in (["llm_0", "llm_1"], ["llm_0", "llm_0", "llm_1"], "llm_0"):
+        with pytest.raises(ValueError, match="order must be a permutation"):
+            env.reset(options={"order": bad})
+    with pytest.raises(ValueError, match="not both"):
+        env.reset(options={"order": ["llm_0", "llm_1", "llm_2"], "rotation": 1})
+
+
 def test_swap_roles_is_the_two_agent_spelling_of_rotation_one():
     a, b = cory_env.env(task="course"), cory_env.env(task="course")
     a.reset(seed=1, options={"swap_roles": True})

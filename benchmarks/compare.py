@@ -1,0 +1,83 @@
+"""Compare one method across run folders, e.g. chains of K = 2 and K = 3 agents.
+
+    python -m benchmarks.compare runs/k2 runs/k3 --method cory [--task sentiment]
+
+For each folder it prints, with a 95% interval over seeds: the final alone reward of every
+model, their mean and mean Σ KL, and the in-training reward of each chain position over the last
+iterations (and the last position's, whatever K); then every later folder's difference from
+the first, paired by seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+import numpy as np
+
+from agents.stats import mean_interval
+
+from .records import RunData, curves, final_value, select
+
+
+def per_seed(data: RunData, task: str, method: str) -> dict[str, dict[int, float]]:
+    """Row name -> seed -> value: each model's and the mean final alone reward, and each
+    position's final in-training task reward."""
+    out: dict[str, dict[int, float]] = {}
+    models = data.models(task, method, None)
+    for model in models:
+        out[f"alone reward, {model}"] = {s: float(t.reward[-1]) for s, t in
+                                        data.trajectories(task, method, None, model).items()}
+    if models:
+        trajs = {m: data.trajectories(task, method, None, m) for m in models}
+        seeds = set.intersection(*(set(t) for t in trajs.values()))
+        for name, field in (("alone reward", "reward"), ("alone Σ KL", "kl")):
+            out[f"{name}, mean of the models"] = {
+                s: float(np.mean([getattr(trajs[m][s], field)[-1] for m in models]))
+                for s in seeds}
+    roles = data.roles(task, method)
+    for role in roles:
+        per = curves(data.rows, "task_reward", task=task, method=method, role=role)
+        out[f"in training, {role}"] = {s: final_value(c, data.window) for s, c in per.items()}
+    if len(roles) > 1:
+        out["in training, last position"] = out[f"in training, {roles[-1]}"]
+    return out
+
+
+def lines(folders: Sequence[str], task: str, method: str) -> list[str]:
+    """The comparison as markdown lines."""
+    tables = []
+    for folder in folders:
+        data = RunData.load(folder)
+        if not select(data.rows, task=task, method=method):
+            raise ValueError(f"{folder} has no {method!r} run on {task!r}")
+        tables.append(per_seed(data, task, method))
+    out = []
+    for folder, table in zip(folders, tables):
+        out += [f"**{folder}** ({method}, {task})", ""]
+        out += [f"- {name}: {mean_interval(list(v.values()))}" for name, v in table.items()]
+        out.append("")
+    first = tables[0]
+    for folder, table in zip(folders[1:], tables[1:]):
+        out += [f"**{folder} − {folders[0]}** (paired by seed)", ""]
+        for name in (n for n in table if n in first):
+            seeds = sorted(set(table[name]) & set(first[name]))
+            diff = [table[name][s] - first[name][s] for s in seeds]
+            out.append(f"- {name}: {mean_interval(diff)}")
+        out.append("")
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Print the comparison of the run folders given on the command line."""
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("folders", nargs="+", help="run folders (the first is the baseline)")
+    p.add_argument("--method", default="cory", help="the method to compare")
+    p.add_argument("--task", default="sentiment", help="the task to compare")
+    args = p.parse_args(argv)
+    print("\n".join(lines(args.folders, args.task, args.method)))
+
+
+if __name__ == "__main__":
+    main()
