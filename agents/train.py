@@ -16,6 +16,7 @@ import copy
 import dataclasses
 import math
 import time
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -304,6 +305,24 @@ def tokenizer_difference(a, b) -> str:
     return ""
 
 
+def check_positions(env, policies: dict) -> None:
+    """Warn, naming the numbers, when a chain's longest sequence (the critic's joint one for
+    MAPPO) can exceed what a model's position embeddings reach."""
+    ep = env.episodes
+    if ep.n_turns <= 2:
+        return
+    for name, policy in policies.items():
+        config = policy.hf_model.config
+        limit = getattr(config, "n_positions", None) or getattr(
+            config, "max_position_embeddings", None)
+        need = ep.L + (ep.n_turns - 1) * ep.T if name == "critic" else ep.L
+        if limit and need > limit:
+            warnings.warn(f"{name}'s model reads at most {limit} positions, but a chain of "
+                          f"{ep.n_turns} agents can need {need} tokens (context {ep.L}, "
+                          f"{ep.T} per answer): use fewer agents, a smaller max_new_tokens, or "
+                          f"a model with more positions", stacklevel=3)
+
+
 def build_policies(cfg: TrainConfig, agents: list[str], critic: bool = False) -> dict:
     """One policy per agent (plus "critic" if asked). Agents that start from the same model
     share its frozen reference; each agent's reference is its own initial model."""
@@ -381,6 +400,7 @@ class Trainer:
                     f"{policy.vocab_size} token embeddings but the task's tokenizer has {vocab} "
                     f"tokens: use the model's own tokenizer (task option tokenizer=) or a "
                     f"model built for this task")
+        check_positions(self.env, {**policies, **extra})
         self.iteration = 0
         self.query_sampler = None  # iteration -> query indices (per-rank data shards)
 
