@@ -1,11 +1,11 @@
-"""cory_env: CORY's sequential two-LLM token-level environment (PettingZoo AEC + batched)."""
+"""cory_env: CORY's sequential multi-LLM token-level environment (PettingZoo AEC + batched)."""
 
-from .aec import AGENTS, env, parallel_env, raw_env, role_order
+from .aec import AGENTS, agent_names, env, parallel_env, raw_env, role_order
 from .batched import BatchedCoryEnv
 from .config import EnvConfig
 from .tasks import Query, Task, make_task, register_task, registered_tasks, task_options
 
 __all__ = [
-    "AGENTS", "BatchedCoryEnv", "EnvConfig", "Query", "Task", "env", "make_task",
+    "AGENTS", "BatchedCoryEnv", "agent_names", "EnvConfig", "Query", "Task", "env", "make_task",
     "parallel_env", "raw_env", "register_task", "registered_tasks", "role_order", "task_options",
 ]

@@ -16,6 +16,7 @@ def main(argv=None) -> None:
     p.add_argument("--tasks", default="sentiment,arithmetic", help="comma list of tasks")
     p.add_argument("--episodes", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--n-agents", type=int, default=2, help="agents in the chain (K)")
     p.add_argument("--import", dest="imports", action="append", default=[],
                    metavar="MODULE_OR_FILE", help="module or .py file that registers tasks")
     args = p.parse_args(argv)
@@ -24,13 +25,15 @@ def main(argv=None) -> None:
         unknown = sorted(set(args.tasks.split(",")) - set(registered_tasks()))
         if unknown:
             raise ValueError(f"unknown task(s) {unknown}; registered: {registered_tasks()}")
+        if args.n_agents < 2:
+            raise ValueError(f"--n-agents must be at least 2, got {args.n_agents}")
     except ValueError as err:
         p.error(str(err))
     rng = np.random.default_rng(args.seed)
     for task in args.tasks.split(","):
-        game = env(task=task, render_mode="ansi", max_new_tokens=8)
-        for episode in range(args.episodes):
-            game.reset(seed=args.seed + episode, options={"swap_roles": bool(episode % 2)})
+        game = env(task=task, render_mode="ansi", max_new_tokens=8, n_agents=args.n_agents)
+        for episode in range(args.episodes):  # the order rotates from episode to episode
+            game.reset(seed=args.seed + episode, options={"rotation": episode})
             for agent in game.agent_iter():
                 _, reward, term, trunc, info = game.last()
                 if term or trunc:
