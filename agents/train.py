@@ -47,9 +47,10 @@ class TrainConfig:
     n_agents: int | None = field(default=None, metadata=meta(
         "K agents in the chain (none: the method's default, 2; 1 for ppo)"))
     models: dict[str, str] = field(default_factory=dict, metadata=meta(
-        "a model per agent, e.g. llm_1=path/to/other (one tokenizer for all)"))
+        "a model per agent, e.g. llm_1=path/to/other (one tokenizer for all; in Python also a "
+        "list, entry i for llm_i)"))
     adapters: dict[str, str] = field(default_factory=dict, metadata=meta(
-        "a PEFT LoRA adapter folder per agent on the one base model"))
+        "a PEFT LoRA adapter folder per agent on the one base model (or a list)"))
     iterations: int = field(default=20, metadata=meta("training iterations"))
     batch_size: int = field(default=32, metadata=meta("episodes per iteration"))
     max_new_tokens: int | None = field(default=None, metadata=meta(
@@ -87,6 +88,10 @@ class TrainConfig:
     def validate(self) -> TrainConfig:
         """Check the config before any model is loaded, naming the bad field."""
         check_fields(self)
+        for name in ("models", "adapters"):  # a list gives agent i the i-th entry
+            value = getattr(self, name)
+            if isinstance(value, (list, tuple)):
+                setattr(self, name, {f"llm_{i}": p for i, p in enumerate(value) if p is not None})
         for name, kind in (("ppo", PPOConfig), ("sampling", SamplingConfig), ("task_options", dict),
                            ("placement", dict), ("models", dict), ("adapters", dict)):
             if not isinstance(getattr(self, name), kind):
@@ -267,29 +272,36 @@ def model_of(cfg: TrainConfig, agent: str) -> str | None:
     return cfg.models.get(agent, cfg.model)
 
 
-def check_tokenizers(cfg: TrainConfig, agents: list[str], tokenizer) -> None:
-    """A ValueError naming both models when two agents' model folders hold different
-    tokenizers: each agent reads the others' token ids, so they must share one."""
+def check_tokenizers(cfg: TrainConfig, agents: list[str], task) -> None:
+    """A ValueError naming both sides when an agent's model folder holds a tokenizer other
+    than the one the env builds prompts with (llm_0's folder's, else the task's): each agent
+    reads the others' token ids, so they must share one."""
     import os
 
-    folders = {a: model_of(cfg, a) for a in agents}
-    folders = {a: m for a, m in folders.items() if m and os.path.isdir(m) and any(
-        f.startswith("tokenizer") for f in os.listdir(m))}
-    if len(set(folders.values())) < 2:
-        return
+    def folder_tokenizer(agent):
+        m = model_of(cfg, agent)
+        return m if m and os.path.isdir(m) and any(
+            f.startswith("tokenizer") for f in os.listdir(m)) else None
+
+    folders = {a: folder_tokenizer(a) for a in agents}
+    if not any(folders[a] for a in agents[1:]):
+        return  # every agent reads the env's tokenizer
     from cory_env.config import load_tokenizer
 
-    (first, path), *rest = folders.items()
-    want = load_tokenizer(path)
-    for agent, other in rest:
-        if other == path:
+    if folders[agents[0]]:
+        want, label = load_tokenizer(folders[agents[0]]), f"{agents[0]}'s model " \
+            f"{folders[agents[0]]!r}"
+    else:
+        want, label = task.tokenizer, f"the task's tokenizer ({agents[0]}'s)"
+    for agent in agents[1:]:
+        other = folders[agent]
+        if not other or other == folders[agents[0]]:
             continue
-        got = load_tokenizer(other)
-        diff = tokenizer_difference(want, got)
+        diff = tokenizer_difference(want, load_tokenizer(other))
         if diff:
-            raise ValueError(f"{agent}'s model {other!r} and {first}'s model {path!r} have "
-                             f"different tokenizers ({diff}): agents in one chain must share "
-                             f"a tokenizer, because each reads the others' token ids")
+            raise ValueError(f"{agent}'s model {other!r} and {label} have different "
+                             f"tokenizers ({diff}): agents in one chain must share a tokenizer, "
+                             f"because each reads the others' token ids")
 
 
 def tokenizer_difference(a, b) -> str:
@@ -381,13 +393,13 @@ class Trainer:
                              group_size=cfg.group_size, per_agent_norm=cfg.per_agent_norm,
                              group_kl_in=cfg.group_kl_in)
         agents = list(agent_names(cfg.agents_count()))
-        tokenizer = self._tokenizer()
-        check_tokenizers(cfg, agents, tokenizer)
+        tokenizer, task = self._tokenizer(), self._task()
+        check_tokenizers(cfg, agents, task)
         policies = build_policies(cfg, agents, critic=self.learner_cls.needs_critic)
         critic = policies.pop("critic", None)
         extra = {"critic": critic} if critic is not None else {}
         self.learner = self.learner_cls(policies, lcfg, seed=cfg.seed, comm=comm, **extra)
-        self.env = BatchedCoryEnv(batch_size=cfg.batch_size, task=self._task(),
+        self.env = BatchedCoryEnv(batch_size=cfg.batch_size, task=task,
                                   tokenizer=tokenizer, max_new_tokens=cfg.max_new_tokens,
                                   seed=cfg.seed, **self.learner.env_settings(),
                                   **(env_options or {}))

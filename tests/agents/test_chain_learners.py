@@ -3,6 +3,9 @@ learners, K = 2 unchanged, and heterogeneous agents (a model or a LoRA adapter p
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
 import torch
 from helpers import ToyTask, save_toy_lm, toy_tokenizer
@@ -111,6 +114,7 @@ def other_lm(path, seed=1) -> str:
 
 def test_heterogeneous_models_each_with_its_own_reference(toy_lm, tmp_path):
     other = other_lm(tmp_path / "other")
+    assert config(toy_lm, models=[None, other]).validate().models == {"llm_1": other}
     trainer = Trainer(config(toy_lm, n_agents=3, models={"llm_1": other}, iterations=1))
     pols = trainer.learner.policies
     w = {a: p.hf_model.transformer.wte.weight for a, p in pols.items()}
@@ -135,6 +139,12 @@ def test_agents_with_different_tokenizers_are_refused(toy_lm, tmp_path):
     with pytest.raises(ValueError, match="llm_1's model .* and llm_0's model .* have different "
                                          "tokenizers"):
         Trainer(config(toy_lm, models={"llm_1": other}))
+    bare = tmp_path / "bare"  # a model folder without a tokenizer: the env uses the task's
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(Path(toy_lm) / name, bare / name)
+    with pytest.raises(ValueError, match="llm_2's model .* and the task's tokenizer"):
+        Trainer(config(str(bare), n_agents=3, models={"llm_2": other}))
 
 
 def lora_adapter(base: str, path, seed=2) -> str:
