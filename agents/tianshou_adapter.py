@@ -35,6 +35,8 @@ from tianshou.env import DummyVectorEnv, PettingZooEnv
 from tianshou.trainer import OnPolicyTrainerParams
 from torch import nn
 
+from cory_env.core import role_names
+
 REDUCTIONS = ("mean", "sum")
 
 
@@ -181,6 +183,7 @@ class CourseTrainConfig:
     ent_coef: float = 0.01
     knowledge_transfer: bool = True
     swap_roles: bool = False
+    n_agents: int = 2  # a chain of K course agents
     eval_episodes: int = 128
     eval_seed: int = 10_000
 
@@ -191,7 +194,7 @@ def make_course_env(cfg: CourseTrainConfig, seed: int | None = None) -> TeamRewa
 
     return TeamRewardPettingZooEnv(cory_env.env(
         task="course", knowledge_transfer=cfg.knowledge_transfer, swap_roles=cfg.swap_roles,
-        reward_mode="collective", seed=seed))
+        reward_mode="collective", seed=seed, n_agents=cfg.n_agents))
 
 
 def build_ppo(env: TeamRewardPettingZooEnv, cfg: CourseTrainConfig) -> PPO:
@@ -210,7 +213,7 @@ def build_ppo(env: TeamRewardPettingZooEnv, cfg: CourseTrainConfig) -> PPO:
 
 def evaluate(policy, cfg: CourseTrainConfig, episodes: int | None = None,
              seed: int | None = None) -> dict[str, float]:
-    """Mean team / pioneer / observer reward over fixed episodes; `policy=None` is random.
+    """Mean team reward and each role's over fixed episodes; `policy=None` is random.
 
     Episode i asks query i mod (number of queries), so two calls with the same settings see
     the same queries; the random policy draws its tokens from a generator seeded with `seed`.
@@ -221,7 +224,7 @@ def evaluate(policy, cfg: CourseTrainConfig, episodes: int | None = None,
     raw = env.env.unwrapped
     n_queries = len(raw.task.queries("train"))
     rng = np.random.default_rng(seed)
-    team, roles = [], {"pioneer": [], "observer": []}
+    team, roles = [], {role: [] for role in role_names(cfg.n_agents)}
     if policy is not None:
         was_training = policy.training
         policy.eval()

@@ -17,6 +17,7 @@ from agents.tianshou_adapter import (
     TokenNet,
     build_ppo,
     evaluate,
+    make_course_env,
     train_course,
 )
 from cory_env.tasks.course import THINGS, WORDS
@@ -182,6 +183,15 @@ def test_token_net_routes_rows_by_agent_id():
 def test_evaluation_episodes_are_fixed():
     cfg = CourseTrainConfig()
     assert evaluate(None, cfg, episodes=16) == evaluate(None, cfg, episodes=16)
+
+
+def test_a_chain_of_three_course_agents_through_tianshou():
+    cfg = CourseTrainConfig(n_agents=3)
+    env = make_course_env(cfg)
+    assert env.agents == ["llm_0", "llm_1", "llm_2"]
+    out = evaluate(None, cfg, episodes=32)
+    assert set(out) == {"team", "pioneer", "observer_1", "observer_2"}
+    assert out["team"] == pytest.approx(out["pioneer"] + out["observer_1"] + out["observer_2"])
 
 
 def test_ppo_on_the_course_beats_random():
