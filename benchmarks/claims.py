@@ -2,7 +2,7 @@
 
 Every claim reads the alone-evaluation points (`alone.jsonl`: every model of every method
 answering held-out queries alone every `eval_every` iterations), one trajectory per seed: a
-two-model method's trajectory is the mean of its two models at each point ("a CORY-trained
+multi-model method's trajectory is the mean of its models at each point ("a CORY-trained
 model, either one"). The statistics are in `benchmarks.stats`.
 
 (1a) at matched reward, PPO needs more than twice CORY's KL; (1b) at matched KL, CORY's reward

@@ -172,8 +172,8 @@ def settings_lines(config: dict) -> list[str]:
 CONVENTIONS = (
     "**How to read it.** The claims and the main plots use the models *answering alone*: every "
     "`eval_every` iterations each model of each method answers the same held-out queries alone "
-    "(the single-agent prompt), with a sampler seed of its own; a two-model method's trajectory "
-    "is the mean of its two models. Verdicts are *supported* or *contradicted* only when a 95% "
+    "(the single-agent prompt), with a sampler seed of its own; a multi-model method's trajectory "
+    "is the mean of its models (two, or K in a chain). Verdicts are *supported* or *contradicted* only when a 95% "
     "interval over seeds (paired by seed) lies on one side of the claim's threshold, and "
     "*inconclusive* otherwise, with the reason (`benchmarks/claims.py` and "
     "`benchmarks/stats.py` state the rules; \"detectable\" is the effect 3 seeds like these "
