@@ -172,14 +172,15 @@ def settings_lines(config: dict) -> list[str]:
 CONVENTIONS = (
     "**How to read it.** The claims and the main plots use the models *answering alone*: every "
     "`eval_every` iterations each model of each method answers the same held-out queries alone "
-    "(the single-agent prompt), with a sampler seed of its own; a multi-model method's trajectory "
-    "is the mean of its models (two, or K in a chain). Verdicts are *supported* or *contradicted* only when a 95% "
-    "interval over seeds (paired by seed) lies on one side of the claim's threshold, and "
-    "*inconclusive* otherwise, with the reason (`benchmarks/claims.py` and "
-    "`benchmarks/stats.py` state the rules; \"detectable\" is the effect 3 seeds like these "
-    "would find 80% of the time). In-training tables give the mean of the last "
-    "{window} iterations of each seed, mean ± std over seeds; their *pioneer*/*observer* rows "
-    "(*observer_k* in a chain of K agents) follow whichever model held that position.")
+    "(the single-agent prompt), with a sampler seed of its own; a multi-model method's "
+    "trajectory is the mean of its models (two, or K in a chain). Verdicts are *supported* or "
+    "*contradicted* only when a 95% interval over seeds (paired by seed) lies on one side of "
+    "the claim's threshold, and *inconclusive* otherwise, with the reason "
+    "(`benchmarks/claims.py` and `benchmarks/stats.py` state the rules; \"detectable\" is the "
+    "effect 3 seeds like these would find 80% of the time). In-training tables give the mean "
+    "of the last {window} iterations of each seed, mean ± std over seeds; their "
+    "*pioneer*/*observer* rows (*observer_k* in a chain of K agents) follow whichever model "
+    "held that position.")
 
 
 def render(data: RunData, plots: dict[str, list[str]] | None = None,

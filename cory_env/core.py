@@ -137,13 +137,13 @@ class Episodes:
         self.roles = role_names(self.n_turns)
         self.T, self.L = max_new_tokens, context_len
         if self.n_turns > 2:  # prompts grow with K: fit L to them, or say what to raise
-            longest = max(len(task.query_ids(q, tokenizer)) for q in task.queries(split))
+            longest = max(task.query_lengths(task.queries(split), tokenizer))
             need = chain_context(self.renderers, longest, max_new_tokens)
             if fit_context:
                 self.L = max(context_len, need)
             elif context_len < need:
                 warnings.warn(f"context_len={context_len} is too short for {self.n_turns} "
-                              f"agents: the last position's prompt can reach "
+                              f"agents: a position's prompt can reach "
                               f"{need - max_new_tokens} tokens and would be left-truncated; "
                               f"raise context_len to {need} (or leave it unset)", stacklevel=3)
         self.P = self.L - max_new_tokens

@@ -116,6 +116,13 @@ class Task(ABC):
             return list(query.ids)
         return tokenizer.encode(query.text, add_special_tokens=False)
 
+    def query_lengths(self, queries: Sequence[Query], tokenizer) -> list[int]:
+        """len(query_ids(q)) of every query, the texts tokenized in one batched call."""
+        own = tokenizer is self.tokenizer
+        texts = [q.text for q in queries if not (own and q.ids is not None)]
+        encoded = iter(tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else [])
+        return [len(q.ids) if own and q.ids is not None else len(next(encoded)) for q in queries]
+
     # -- reward -----------------------------------------------------------------------------
     @abstractmethod
     def reward(self, queries: Sequence[Query], responses: Sequence[str]) -> np.ndarray:
