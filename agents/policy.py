@@ -187,9 +187,9 @@ class LLMPolicy(nn.Module):
         peft_model = first.model
         for n in names[1:]:
             peft_model.add_adapter(n, configs[n])
-        for n, (config, weights) in loaded.items():
+        if loaded:
             from peft import set_peft_model_state_dict
-
+        for n, (config, weights) in loaded.items():
             peft_model.add_adapter(f"ref_{n}", config)
             for name in (n, f"ref_{n}"):
                 set_peft_model_state_dict(peft_model, weights, adapter_name=name)

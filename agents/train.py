@@ -110,7 +110,7 @@ class TrainConfig:
         from cory_env import registered_tasks
 
         k = self.agents_count()
-        names = [f"llm_{i}" for i in range(k)]
+        names = list(agent_names(k))
         for kind in ("models", "adapters"):
             for agent in getattr(self, kind):
                 if agent not in names:
@@ -165,7 +165,6 @@ class TrainConfig:
                 raise ValueError(f"placement key {agent!r} must be one of {names} or critic")
             check_device(f"placement[{agent!r}]", dev)
         return self
-
 
     def agents_count(self) -> int:
         """K: n_agents, else the method's default; a ValueError naming a K it cannot train."""
@@ -272,18 +271,21 @@ def model_of(cfg: TrainConfig, agent: str) -> str | None:
     return cfg.models.get(agent, cfg.model)
 
 
+def tokenizer_folder(model: str | None) -> str | None:
+    """The model folder when it holds a tokenizer, else None."""
+    import os
+
+    if model and os.path.isdir(model) and any(f.startswith("tokenizer")
+                                              for f in os.listdir(model)):
+        return model
+    return None
+
+
 def check_tokenizers(cfg: TrainConfig, agents: list[str], task) -> None:
     """A ValueError naming both sides when an agent's model folder holds a tokenizer other
     than the one the env builds prompts with (llm_0's folder's, else the task's): each agent
     reads the others' token ids, so they must share one."""
-    import os
-
-    def folder_tokenizer(agent):
-        m = model_of(cfg, agent)
-        return m if m and os.path.isdir(m) and any(
-            f.startswith("tokenizer") for f in os.listdir(m)) else None
-
-    folders = {a: folder_tokenizer(a) for a in agents}
+    folders = {a: tokenizer_folder(model_of(cfg, a)) for a in agents}
     if not any(folders[a] for a in agents[1:]):
         return  # every agent reads the env's tokenizer
     from cory_env.config import load_tokenizer
@@ -345,8 +347,8 @@ def build_policies(cfg: TrainConfig, agents: list[str], critic: bool = False) ->
     kw = {"load_in_4bit": cfg.load_in_4bit, "mixed_precision": cfg.mixed_precision}
     lora = cfg.lora is not None or bool(cfg.adapters)
     if lora and cfg.shared_base and len(agents) > 1 and len(set(paths.values())) == 1:
-        team = LLMPolicy.shared_lora(base, cfg.lora, names=tuple(agents), adapters=cfg.adapters,
-                                     device=where[agents[0]], **kw)
+        team = LLMPolicy.shared_lora(paths[agents[0]], cfg.lora, names=tuple(agents),
+                                     adapters=cfg.adapters, device=where[agents[0]], **kw)
         policies = dict(zip(agents, team))
     elif lora:
         policies = {a: LLMPolicy.from_pretrained(paths[a], lora=cfg.lora, device=where[a],
@@ -366,9 +368,8 @@ def build_policies(cfg: TrainConfig, agents: list[str], critic: bool = False) ->
                 copy.deepcopy(first.ref_model).to(where[a])
             policies[a] = LLMPolicy(lm, reference=ref, mixed_precision=cfg.mixed_precision)
             policies[a].value_head.load_state_dict(first.value_head.state_dict())
-    model = base
     if critic:
-        policies["critic"] = LLMPolicy.from_pretrained(model, reference=None,
+        policies["critic"] = LLMPolicy.from_pretrained(base, reference=None,
                                                        device=where["critic"],
                                                        mixed_precision=cfg.mixed_precision)
     for policy in policies.values():  # the token cap of training passes bounds prompt passes too
@@ -430,13 +431,7 @@ class Trainer:
 
     def _tokenizer(self):
         """The (first agent's) model folder's tokenizer when it has one, else the task's."""
-        import os
-
-        model = model_of(self.cfg, "llm_0")
-        if model and os.path.isdir(model) and any(
-                f.startswith("tokenizer") for f in os.listdir(model)):
-            return model
-        return None
+        return tokenizer_folder(model_of(self.cfg, "llm_0"))
 
     def step(self) -> dict:
         """One iteration: rollout with the scheduled roles, update, metrics."""

@@ -112,8 +112,7 @@ def parse_reset_options(options, warned: set) -> dict:
 
 def check_order(order, agents: list[str]) -> tuple[str, ...]:
     """The reset option "order" as a tuple, or a ValueError unless it permutes `agents`."""
-    if not isinstance(order, (list, tuple)) or sorted(map(str, order)) != sorted(agents) \
-            or len(order) != len(agents):
+    if not isinstance(order, (list, tuple)) or sorted(map(str, order)) != sorted(agents):
         raise ValueError(f"reset option order must be a permutation of {agents}, got {order!r}")
     return tuple(order)
 
@@ -177,8 +176,7 @@ class QuerySource:
         if "rotation" in opts or "swap_roles" in opts:
             self.permutation = None
             self.rotation = check_rotation(bool(opts.get("swap_roles", False)),
-                                           int(opts.get("rotation", 1 if opts.get("swap_roles")
-                                                        else 0)), self.config.turns)
+                                           int(opts.get("rotation", 0)), self.config.turns)
         group = int(opts.get("group_size", 1))
         if n % group:
             raise ValueError(f"group_size={group} must divide the number of episodes ({n})")

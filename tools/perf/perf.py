@@ -151,14 +151,20 @@ def peak_rss_mb() -> int:
     VmHWM, not ru_maxrss: a spawned child's ru_maxrss starts at its parent's peak RSS (Linux
     carries it over at exec), which hid every child peak below the parent's (about 590 MB here).
     """
+    peak = proc_status_mb("VmHWM")
+    return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+
+
+def proc_status_mb(key: str) -> int | None:
+    """A memory figure of /proc/self/status ("VmHWM", "VmRSS") in MB; None where unreadable."""
     try:
         with open("/proc/self/status") as f:
             for line in f:
-                if line.startswith("VmHWM:"):
+                if line.startswith(key + ":"):
                     return int(line.split()[1]) // 1024
     except OSError:
         pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+    return None
 
 
 def child_main(args) -> None:
@@ -181,23 +187,17 @@ def child_main(args) -> None:
 def lora_team_main(args) -> None:
     """Build K LoRA policies on one base in this process; print its memory as one JSON line."""
     from agents.policy import LLMPolicy, LoraSettings
+    from cory_env import agent_names
 
-    before = current_rss_mb()
-    team = LLMPolicy.shared_lora(args.model, LoraSettings(),
-                                 names=[f"llm_{i}" for i in range(args.lora_team)])
+    before = proc_status_mb("VmRSS")
+    team = LLMPolicy.shared_lora(args.model, LoraSettings(), names=agent_names(args.lora_team))
     params = {id(p): p for pol in team for p in pol.parameters()}
     lora = [p for n, p in team[0].model.named_parameters() if "lora_" in n]
     mb = lambda ps: round(sum(p.numel() * p.element_size() for p in ps) / 2**20, 2)  # noqa: E731
-    print(json.dumps({"n_agents": args.lora_team, "rss_growth_mb": current_rss_mb() - before,
+    print(json.dumps({"n_agents": args.lora_team, "rss_growth_mb": proc_status_mb("VmRSS") - before,
                       "param_mb": mb(params.values()), "adapters_mb": mb(lora),
                       "value_heads_mb": mb([p for pol in team for p in
                                             pol.value_head.parameters()])}), flush=True)
-
-
-def current_rss_mb() -> int:
-    """This process' resident memory now, in MB."""
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) // 1024 for line in f if line.startswith("VmRSS:"))
 
 
 def chain_costs(args) -> None:
