@@ -341,8 +341,9 @@ def build_policies(cfg: TrainConfig, agents: list[str], critic: bool = False) ->
     """One policy per agent (plus "critic" if asked). Agents that start from the same model
     share its frozen reference; each agent's reference is its own initial model."""
     torch.manual_seed(cfg.seed)
-    base = cfg.model or cfg.models.get(agents[0]) or default_model(cfg.task)
-    paths = {a: cfg.models.get(a, base) for a in agents}
+    named = {a: model_of(cfg, a) for a in agents}  # None: the offline task's reference LM
+    offline = default_model(cfg.task) if None in named.values() else None
+    paths = {a: m or offline for a, m in named.items()}
     where = {a: cfg.placement.get(a, cfg.device) for a in [*agents, "critic"]}
     kw = {"load_in_4bit": cfg.load_in_4bit, "mixed_precision": cfg.mixed_precision}
     lora = cfg.lora is not None or bool(cfg.adapters)
@@ -368,8 +369,8 @@ def build_policies(cfg: TrainConfig, agents: list[str], critic: bool = False) ->
                 copy.deepcopy(first.ref_model).to(where[a])
             policies[a] = LLMPolicy(lm, reference=ref, mixed_precision=cfg.mixed_precision)
             policies[a].value_head.load_state_dict(first.value_head.state_dict())
-    if critic:
-        policies["critic"] = LLMPolicy.from_pretrained(base, reference=None,
+    if critic:  # on the first agent's model, whose tokenizer the env uses
+        policies["critic"] = LLMPolicy.from_pretrained(paths[agents[0]], reference=None,
                                                        device=where["critic"],
                                                        mixed_precision=cfg.mixed_precision)
     for policy in policies.values():  # the token cap of training passes bounds prompt passes too

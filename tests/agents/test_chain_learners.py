@@ -126,6 +126,18 @@ def test_heterogeneous_models_each_with_its_own_reference(toy_lm, tmp_path):
         assert m[a]["kl"] == pytest.approx(0.0, abs=1e-5)
 
 
+def test_agents_not_named_in_models_start_from_model(toy_lm, tmp_path, monkeypatch):
+    other = other_lm(tmp_path / "other")
+    monkeypatch.setattr("agents.train.default_model", lambda task: toy_lm)  # the offline LM
+    trainer = Trainer(config(None, "mappo", models={"llm_0": other}, iterations=1))
+    pols = trainer.learner.policies
+    wte = {a: p.hf_model.transformer.wte.weight for a, p in pols.items()}
+    offline = Trainer(config(toy_lm, iterations=1)).learner.policies["llm_0"]
+    assert torch.equal(wte["llm_1"], offline.hf_model.transformer.wte.weight)
+    assert not torch.equal(wte["llm_0"], wte["llm_1"])
+    assert torch.equal(trainer.learner.critic.hf_model.transformer.wte.weight, wte["llm_0"])
+
+
 def test_agents_with_different_tokenizers_are_refused(toy_lm, tmp_path):
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
