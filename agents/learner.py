@@ -122,10 +122,9 @@ class PPOAgent:
 
     @property
     def recomputes(self) -> bool:
-        """Whether old log-probs and values are recomputed (cfg.old_logprobs; "auto": if needed)."""
-        if self.cfg.old_logprobs != "auto":
-            return self.cfg.old_logprobs == "recompute"
-        return getattr(self.policy, "needs_recompute", getattr(self.policy, "is_quantized", False))
+        """Whether old log-probs and values are recomputed here (cfg.old_logprobs="recompute";
+        "auto" needs no pass here: the rollout already made one where decoding differs)."""
+        return self.cfg.old_logprobs == "recompute"
 
     def recompute(self, turn: Turn) -> Turn:
         """Old log-probs and values from a full pass (4-bit / bf16 decoding differs from it)."""

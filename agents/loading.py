@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from cory_env.files import check_hub_name
+from cory_env.pretrained import resolve_model
 
 
 @dataclass
@@ -46,6 +47,7 @@ def load_lm(name_or_path, load_in_4bit, device, dtype, hf_kwargs):
     """AutoModelForCausalLM.from_pretrained with the right dtype / quantization arguments."""
     import transformers
 
+    name_or_path = resolve_model(name_or_path)  # a short name or a GGUF file: its folder
     check_hub_name("model", name_or_path)
     was_on = transformers.utils.logging.is_progress_bar_enabled()
     transformers.utils.logging.disable_progress_bar()  # no "Loading weights" bars: ours stay

@@ -24,8 +24,8 @@ for token t is read from the hidden state that predicts token t, both here and i
 
 With a 4-bit (bitsandbytes) base the single-token cached step and the full pass run different
 kernels, so decode-time log-probs differ from `evaluate`; bf16 autocast differs by rounding.
-When `policy.needs_recompute`, PPOAgent recomputes the old log-probs and values with `evaluate`
-under `torch.no_grad()` before the PPO epochs (unless `PPOConfig.old_logprobs="sampler"`).
+When `policy.needs_recompute`, the rollout takes the turn's log-probs, values and KL from a
+no-grad `evaluate` pass shaped like the reference pass (`agents.rollout.full_pass`).
 
 How the passes are made fast without changing what they compute (bf16 storage of frozen
 weights, attention kernels, compile, KV-cache dtype) is `agents/speed.py`. Dropout is switched
@@ -474,8 +474,9 @@ class LLMPolicy(nn.Module):
                         ids, mask = trim_left_padding(input_ids[i:i + chunk_size],
                                                       attention_mask[i:i + chunk_size], T + 1)
                         h, _ = self._hidden(hf, ids, mask)
-                        with self.autocast():
-                            logits = hf.get_output_embeddings()(h[:, -T - 1:-1]).float()
+                        with self.autocast():  # contiguous, as in _heads: the same kernels
+                            logits = hf.get_output_embeddings()(
+                                h[:, -T - 1:-1].contiguous()).float()
                     with torch.no_grad():  # outside inference mode: a normal tensor for losses
                         out.append(F.log_softmax(logits, dim=-1))
         finally:

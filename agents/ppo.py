@@ -51,11 +51,11 @@ class PPOConfig:
     take more, smaller passes (less activation memory) and similar lengths share one.
     Single-process only: ranks would run different numbers of passes.
 
-    ``old_logprobs`` says where the old log-probs and values come from. "sampler": the
-    rollout's own, from the pass that drew each token (exactly the behaviour policy).
-    "recompute": one extra no-grad pass over the batch first, as TRL does, so the first ratio
-    is 1 with the training pass's numerics. "auto" (default) recomputes only when the sampler's
-    numerics differ from the training pass's: a 4-bit base, or mixed precision.
+    ``old_logprobs`` says where the old log-probs and values come from. "sampler" and "auto"
+    (default): the rollout's own: from the pass that drew each token, or, where decoding's
+    numerics differ from a full pass (a 4-bit base, mixed precision), from the no-grad full
+    pass the rollout then makes (`agents.rollout.full_pass`). "recompute": one extra no-grad
+    pass over the batch in the learner first, as TRL does.
     """
 
     lr: float = field(default=1.41e-5, metadata=meta("learning rate"))

@@ -3,7 +3,10 @@
 One rollout = B episodes: the pioneer's turn (KV-cached decoding, one forward per token), then
 the observer's turn on the prompts the env built from the pioneer's tokens. The log-prob, value
 and raw log-softmax of every token come from the same forward pass that sampled it; the
-reference model runs once per turn as one batched pass, giving the exact per-token KL.
+reference model runs once per turn as one batched pass, giving the exact per-token KL. Where
+decoding's numerics differ from a full pass (a 4-bit base, mixed precision), the policy's
+numbers come from a no-grad full pass shaped like the reference's instead, so the KL of an
+unchanged policy is exactly 0 in every precision.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from cory_env import BatchedCoryEnv
 
 from .ppo import full_kl
 from .sampling import Step
+
+CHUNK = 32  # rows of one reference (and, where needed, full) pass
 
 
 @dataclass
@@ -115,7 +120,7 @@ def rollout(env: BatchedCoryEnv, policies: Mapping[str, object], sampling=None,
         policy = policies[agent]
         steps = play_turn(env, policy, sampling, generator)
         # Finish the turn's tensors now, so its (B, V) log-softmaxes are freed before the next turn.
-        partial[agent] = _turn_tensors(env, agent, role, steps, policy, T)
+        partial[agent] = _turn_tensors(env, agent, role, steps, policy, T, sampling)
         del steps
     infos = env.infos()
     return {agent: _with_rewards(parts, env.reward(agent), infos[agent])
@@ -146,7 +151,7 @@ def _with_rewards(parts: dict, reward, info) -> Turn:
                 texts=list(info["response"]))
 
 
-def _turn_tensors(env, agent, role, steps, policy, T) -> dict:
+def _turn_tensors(env, agent, role, steps, policy, T, sampling=None) -> dict:
     """A finished turn's per-token tensors: sampled log-probs, values, reference and exact KL."""
     device = policy.device
     seq = env.turn(agent)
@@ -158,17 +163,36 @@ def _turn_tensors(env, agent, role, steps, policy, T) -> dict:
         x = torch.stack([getattr(s, name) for s in steps], dim=1).float()
         return torch.nn.functional.pad(x, (0, pad))
 
-    ref = policy.reference_logsoftmax(ids, mask, T)
+    ref = policy.reference_logsoftmax(ids, mask, T, chunk_size=CHUNK)
     response = ids[:, -T:]
     ref_logprobs = ref.gather(-1, response.unsqueeze(-1)).squeeze(-1).float() * response_mask
+    if getattr(policy, "needs_recompute", False):  # decoding differs from a full pass
+        own = full_pass(policy, ids, mask, T, sampling)
+        logsoftmax = [own["logsoftmax"][:, t] for t in range(len(steps))]
+    else:
+        own = {name: stack(key) for name, key in (("logprobs", "logprob"), ("values", "value"),
+                                                  ("raw_logprobs", "raw_logprob"))}
+        logsoftmax = [step.logsoftmax for step in steps]
     # KL one step at a time: (B, V) temporaries instead of several (B, T, V) ones.
     kl = torch.zeros_like(response_mask)
-    for t, step in enumerate(steps):
-        kl[:, t] = full_kl(step.logsoftmax.float(), ref[:, t].float())
+    for t, row in enumerate(logsoftmax):
+        kl[:, t] = full_kl(row.float(), ref[:, t].float())
     return dict(agent=agent, role=role, input_ids=ids, attention_mask=mask,
                 query_index=seq["query_index"].to(device), group_size=seq["group_size"],
                 pool_size=seq["pool_size"], position=env.agents.index(agent),
-                response_mask=response_mask, logprobs=stack("logprob") * response_mask,
-                raw_logprobs=stack("raw_logprob") * response_mask,
-                values=stack("value") * response_mask, ref_logprobs=ref_logprobs,
+                response_mask=response_mask, logprobs=own["logprobs"].float() * response_mask,
+                raw_logprobs=own["raw_logprobs"].float() * response_mask,
+                values=own["values"].float() * response_mask, ref_logprobs=ref_logprobs,
                 full_kl=kl * response_mask)
+
+
+def full_pass(policy, ids, mask, T: int, sampling) -> dict:
+    """The response's log-probs, raw log-probs, values and log-softmax from no-grad full passes
+    in the reference pass's chunks, so an unchanged policy's KL to its reference is exactly 0."""
+    parts = []
+    with torch.inference_mode(False), torch.no_grad():
+        for i in range(0, ids.shape[0], CHUNK):
+            parts.append(policy.evaluate(ids[i:i + CHUNK].clone(), mask[i:i + CHUNK].clone(), T,
+                                         sampling, return_logsoftmax=True))
+    return {k: torch.cat([getattr(p, k) for p in parts])
+            for k in ("logprobs", "raw_logprobs", "values", "logsoftmax")}

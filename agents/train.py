@@ -26,6 +26,7 @@ from cory_env import BatchedCoryEnv
 from cory_env.aec import agent_names
 from cory_env.config import check_fields
 from cory_env.files import check_local_path
+from cory_env.pretrained import check_model, resolve_model
 
 from .cli import meta
 from .comm import Comm
@@ -100,9 +101,12 @@ class TrainConfig:
         if self.lora is not None and not isinstance(self.lora, LoraSettings):
             raise ValueError(f"TrainConfig.lora must be None or a LoraSettings, got {self.lora!r}")
         check_local_path("model", self.model)
+        check_model(self.model)
         for kind in ("models", "adapters"):
             for agent, path in getattr(self, kind).items():
                 check_local_path(f"{kind}[{agent!r}]", path)
+                if kind == "models":
+                    check_model(path, f"models[{agent!r}]")
         for key, value in self.task_options.items():
             if not isinstance(key, str):
                 raise ValueError(f"task option names must be strings, got {key!r}")
@@ -127,6 +131,14 @@ class TrainConfig:
                              f"or set lora for fresh adapters")
         if isinstance(self.task, str) and self.task not in registered_tasks():
             raise ValueError(f"unknown task {self.task!r}; registered: {registered_tasks()}")
+        if isinstance(self.task, str):  # its constructor checks the options (cheap: no data)
+            from cory_env import make_task
+
+            try:
+                make_task(self.task, **self.task_options)
+            except (TypeError, ValueError) as err:
+                raise ValueError(f"task {self.task!r} options {self.task_options}: {err}") \
+                    from None
         for name in ("iterations", "batch_size", "t_rex"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -181,6 +193,32 @@ class TrainConfig:
             raise ValueError(f"{self.method!r} trains a chain of agents: n_agents={k} must be "
                              f">= 2 (ppo is the single-agent baseline)")
         return k
+
+
+def add_train_options(parser, skip: tuple[str, ...] = ()) -> dict:
+    """An option per TrainConfig field (but `skip`) plus --import; returns {dest: path}."""
+    from .cli import add_options
+
+    paths = add_options(parser, TrainConfig, TrainConfig(), skip=skip)
+    parser.add_argument("--import", dest="imports", action="append", metavar="MODULE_OR_FILE",
+                        help="module or .py file that registers learners or tasks (repeatable)")
+    return paths
+
+
+def train_config_from(args, paths: dict, **fixed) -> TrainConfig:
+    """The validated TrainConfig of parsed options (`--import` loaded first; `fixed` fields
+    set too); a ValueError naming the bad value, before any model loads."""
+    from cory_env.plugins import load_plugins
+
+    from .cli import apply
+
+    load_plugins(getattr(args, "imports", None))
+    given = {paths[k]: v for k, v in vars(args).items() if k in paths}
+    cfg = dataclasses.replace(apply(TrainConfig(), given), **fixed)
+    if ("batch_size",) in given and not {("ppo", "mini_batch_size"),
+                                         ("ppo", "grad_accum_steps")} & set(given):
+        mini_batch_follows(cfg)
+    return cfg.validate()
 
 
 def mini_batch_follows(cfg: TrainConfig) -> TrainConfig:
@@ -267,8 +305,9 @@ def default_model(task: str) -> str:
 
 
 def model_of(cfg: TrainConfig, agent: str) -> str | None:
-    """The model an agent starts from: models[agent], else model (None: the offline LM)."""
-    return cfg.models.get(agent, cfg.model)
+    """The model an agent starts from: models[agent], else model (None: the offline LM); a
+    short name or a GGUF file as its converted local folder."""
+    return resolve_model(cfg.models.get(agent, cfg.model))
 
 
 def tokenizer_folder(model: str | None) -> str | None:
@@ -419,16 +458,12 @@ class Trainer:
         self.query_sampler = None  # iteration -> query indices (per-rank data shards)
 
     def _task(self):
-        """The task; its `tokenizer` option defaults to the policy model's when one is given
-        (a local model then needs no hub tokenizer)."""
-        from cory_env import make_task, task_options
+        """The task (a `takes_run_tokenizer` task adopts the model's tokenizer in the env)."""
+        from cory_env import make_task
 
-        options = dict(self.cfg.task_options)
-        model = model_of(self.cfg, "llm_0")
-        if (model and isinstance(self.cfg.task, str) and "tokenizer" not in options
-                and "tokenizer" in task_options(self.cfg.task)):
-            options["tokenizer"] = model
-        return make_task(self.cfg.task, **options)
+        if isinstance(self.cfg.task, str):
+            return make_task(self.cfg.task, **self.cfg.task_options)
+        return make_task(self.cfg.task)
 
     def _tokenizer(self):
         """The (first agent's) model folder's tokenizer when it has one, else the task's."""

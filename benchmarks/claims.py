@@ -25,11 +25,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from cory_env import is_exact_match
+
 from .records import RunData, Trajectory
 from .stats import Interval, change, kl_at_reward, mean_interval, reward_at_kl
 
 SUPPORTED, CONTRADICTED, INCONCLUSIVE = "supported", "contradicted", "inconclusive"
-MATH_TASKS = ("arithmetic", "gsm8k")
 ABLATIONS = ("cory-no-kt", "cory-no-re")
 MIN_SEEDS, MIN_POINTS = 3, 5
 LEVELS = (0.25, 0.5, 0.75, 1.0)  # matched points: these fractions of the shared range
@@ -280,14 +281,15 @@ def all_claims(data: RunData) -> list[Claim]:
     for task in data.tasks():
         for eta in data.etas(task):
             group = [claim_kl_at_reward(data, task, eta), claim_reward_at_kl(data, task, eta)]
-            if task in MATH_TASKS:
+            if is_exact_match(task):
                 group.append(claim_peak_decline(data, task, eta))
             group += [claim_ablations(data, task, eta), claim_combined(data, task, eta)]
             if eta is not None:
                 for c in group:
                     c.name += f" (η={eta:g})"
             out += group
-    if not any(t in MATH_TASKS for t in data.tasks()):
+    if not any(is_exact_match(t) for t in data.tasks()):
         out.append(Claim("(2) PPO's reward peaks then declines, CORY's does not", INCONCLUSIVE,
-                         "", f"not run: needs a math task ({', '.join(MATH_TASKS)})"))
+                         "", "not run: needs an exact-match task (reasoning, arithmetic, "
+                             "gsm8k, ...)"))
     return out

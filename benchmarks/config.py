@@ -23,7 +23,7 @@ from agents import cli
 from agents.checkpoint import config_differences, run_config
 from agents.learner import learner_class, registered_learners
 from agents.train import TrainConfig, check_device, mini_batch_follows
-from cory_env import registered_tasks
+from cory_env import is_exact_match, registered_tasks
 from cory_env import task_options as cory_task_options
 from cory_env.files import looks_local
 from cory_env.plugins import load_plugins
@@ -32,7 +32,6 @@ from .presets import PRESETS
 
 PAPER_ETAS = (1e-5, 1e-4, 1e-3, 1e-2)  # the paper's GSM8K sweep (exact-match rewards)
 SENTIMENT_ETAS = (0.03, 0.1, 0.3, 1.0)  # the same sweep on the sentiment reward's scale
-EXACT_MATCH_TASKS = ("arithmetic", "gsm8k")
 PER_RUN = ("train.task", "train.method", "train.seed", "train.eta")  # set by each RunSpec
 
 
@@ -99,7 +98,7 @@ class BenchConfig:
         if not self.eta_sweep:
             return [None]
         if tuple(self.eta_sweep) == PAPER_ETAS and task is not None \
-                and task not in EXACT_MATCH_TASKS:
+                and not is_exact_match(task):
             return list(SENTIMENT_ETAS)
         return list(self.eta_sweep)
 

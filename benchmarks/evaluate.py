@@ -26,7 +26,6 @@ from cory_env import BatchedCoryEnv
 from .config import BenchConfig, RunSpec
 from .records import pass_at_k
 
-EVAL_TASKS = ("arithmetic", "gsm8k")  # exact-match rewards: reward 1 = solved
 EVAL_SEED = 10_000  # + the run's seed: the alone-evaluation's sampler
 
 
@@ -59,7 +58,7 @@ def evaluate_policy(policy, trainer: Trainer, cfg: BenchConfig, seed: int,
                          tokenizer=trainer.env.tokenizer, max_new_tokens=trainer.env.max_new_tokens,
                          split="test", single_agent=True, seed=seed)
     pool = len(env.task.queries("test"))
-    exact = trainer.env.task.name in EVAL_TASKS
+    exact = trainer.env.task.exact_match
     n = cfg.eval_samples if exact else 1
     problems = list(range(min(cfg.eval_problems if exact else cfg.alone_queries, pool)))
     generator = torch.Generator(device=policy.device).manual_seed(EVAL_SEED + seed)

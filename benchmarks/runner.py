@@ -28,7 +28,7 @@ from cory_env.files import atomic_write
 
 from . import report
 from .config import BenchConfig, RunSpec, check_resume, from_saved, run_specs, train_config
-from .evaluate import EVAL_TASKS, evaluate_alone, evaluation_due
+from .evaluate import evaluate_alone, evaluation_due
 from .records import copy_rate, select
 
 FORMAT = 2
@@ -175,7 +175,7 @@ def try_evaluate(trainer: Trainer, cfg: BenchConfig, spec: RunSpec, folder: RunF
     """Evaluate every model alone and record it, unless already recorded; logs and skips when
     the test split can't be loaded (the hub)."""
     if folder.has_eval(spec.key, trainer.iteration) or (
-            trainer.env.task.name in EVAL_TASKS and cfg.eval_problems == 0):
+            trainer.env.task.exact_match and cfg.eval_problems == 0):
         return
     final = trainer.iteration == cfg.train.iterations
     try:

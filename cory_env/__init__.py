@@ -3,9 +3,18 @@
 from .aec import AGENTS, agent_names, env, parallel_env, raw_env, role_order
 from .batched import BatchedCoryEnv
 from .config import EnvConfig
-from .tasks import Query, Task, make_task, register_task, registered_tasks, task_options
+from .tasks import (
+    Query,
+    Task,
+    is_exact_match,
+    make_task,
+    register_task,
+    registered_tasks,
+    task_options,
+)
 
 __all__ = [
-    "AGENTS", "BatchedCoryEnv", "agent_names", "EnvConfig", "Query", "Task", "env", "make_task",
-    "parallel_env", "raw_env", "register_task", "registered_tasks", "role_order", "task_options",
+    "AGENTS", "BatchedCoryEnv", "agent_names", "EnvConfig", "Query", "Task", "env",
+    "is_exact_match", "make_task", "parallel_env", "raw_env", "register_task",
+    "registered_tasks", "role_order", "task_options",
 ]

@@ -67,7 +67,12 @@ class EnvConfig:
         """Build (task, tokenizer, max_new_tokens, context_len) from the settings."""
         self.validate()
         task = make_task(self.task)
-        tokenizer = load_tokenizer(self.tokenizer) if self.tokenizer is not None else task.tokenizer
+        if self.tokenizer is None:
+            tokenizer = task.tokenizer
+        else:
+            tokenizer = load_tokenizer(self.tokenizer)
+            if task.takes_run_tokenizer:
+                task.use_tokenizer(tokenizer)
         if tokenizer.eos_token_id is None:
             raise ValueError(f"tokenizer {type(tokenizer).__name__} has no eos_token_id")
         max_new = self.max_new_tokens or task.default_max_new_tokens
@@ -118,7 +123,9 @@ def load_tokenizer(tokenizer):
         from transformers import AutoTokenizer
 
         from .files import check_hub_name
+        from .pretrained import resolve_model
 
+        tokenizer = resolve_model(tokenizer)  # a short name or a GGUF file: its folder
         check_hub_name("tokenizer", tokenizer, "tokenizer_config.json")
 
         tokenizer = AutoTokenizer.from_pretrained(tokenizer)

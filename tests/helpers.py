@@ -69,3 +69,64 @@ def save_toy_lm(path) -> str:
                      eos_token_id=tok.eos_token_id, bos_token_id=tok.eos_token_id)
     GPT2LMHeadModel(cfg).save_pretrained(path)
     return str(path)
+
+
+def _byte_symbols() -> list[str]:
+    """GPT-2's printable stand-ins for the 256 bytes (a byte-level BPE's base vocabulary)."""
+    keep = [*range(33, 127), *range(161, 173), *range(174, 256)]
+    extra = [b for b in range(256) if b not in keep]
+    return [chr(b) for b in keep] + [chr(256 + i) for i in range(len(extra))]
+
+
+def write_tiny_gguf(path, arch: str = "llama", hidden: int = 32, layers: int = 2,
+                    seed: int = 0) -> str:
+    """A tiny random Llama (byte-level BPE tokenizer, EOS <|im_end|>) as a GGUF file,
+    written with the `gguf` package as llama.cpp's converter writes one."""
+    import gguf
+
+    rng = np.random.default_rng(seed)
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    merges = ["Ġ t", "h e", "Ġt he", "Ġ m", "o v", "Ġm ov", "i e", "Ġmov ie", "Ġ w", "a s"]
+    tokens = specials + _byte_symbols() + [m.replace(" ", "") for m in merges]
+    heads, kv, ff = 4, 2, 2 * hidden
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name("tiny-test-llama")
+    w.add_context_length(128)
+    w.add_embedding_length(hidden)
+    w.add_block_count(layers)
+    w.add_feed_forward_length(ff)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv)
+    w.add_rope_freq_base(10000.0)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_vocab_size(len(tokens))
+    w.add_rope_dimension_count(hidden // heads)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_types([3] * len(specials) + [1] * (len(tokens) - len(specials)))
+    w.add_token_merges(merges)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_pad_token_id(2)
+    w.add_add_bos_token(False)
+
+    def rand(*shape):
+        return (rng.standard_normal(shape) * 0.1).astype(np.float32)
+
+    kv_dim = kv * hidden // heads
+    w.add_tensor("token_embd.weight", rand(len(tokens), hidden))
+    for i in range(layers):
+        for name, shape in (("attn_q", (hidden, hidden)), ("attn_k", (kv_dim, hidden)),
+                            ("attn_v", (kv_dim, hidden)), ("attn_output", (hidden, hidden)),
+                            ("ffn_gate", (ff, hidden)), ("ffn_up", (ff, hidden)),
+                            ("ffn_down", (hidden, ff))):
+            w.add_tensor(f"blk.{i}.{name}.weight", rand(*shape))
+        for norm in ("attn_norm", "ffn_norm"):
+            w.add_tensor(f"blk.{i}.{norm}.weight", np.ones(hidden, np.float32))
+    w.add_tensor("output_norm.weight", np.ones(hidden, np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return str(path)

@@ -14,11 +14,9 @@ import argparse
 import os
 import sys
 
-from cory_env.plugins import load_plugins
-
-from ..cli import add_options, apply, catalogue
+from ..cli import catalogue
 from ..runlog import append_jsonl, keep_jsonl
-from ..train import TrainConfig, mini_batch_follows
+from ..train import TrainConfig, add_train_options, train_config_from
 from .trainer import DistributedTrainer, make_accelerator
 
 
@@ -28,9 +26,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict]:
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 argument_default=argparse.SUPPRESS, allow_abbrev=False,
                                 epilog=catalogue())
-    paths = add_options(p, TrainConfig, TrainConfig())
-    p.add_argument("--import", dest="imports", action="append", metavar="MODULE_OR_FILE",
-                   help="module or .py file that registers learners or tasks (repeatable)")
+    paths = add_train_options(p)
     p.add_argument("--cpu", action="store_true", help="train on CPU even if a GPU is visible")
     p.add_argument("--fsdp", action="store_true",
                    help="shard each agent with FSDP2 (default: DDP, or the accelerate config's)")
@@ -44,14 +40,8 @@ def parse_args(argv=None) -> tuple[argparse.Namespace, TrainConfig]:
     """The run options and the TrainConfig the command line describes (validated)."""
     parser, paths = build_parser()
     args = parser.parse_args(argv)
-    given = {paths[k]: v for k, v in vars(args).items() if k in paths}
     try:
-        load_plugins(getattr(args, "imports", None))
-        cfg = apply(TrainConfig(), given)
-        if ("batch_size",) in given and not {("ppo", "mini_batch_size"),
-                                             ("ppo", "grad_accum_steps")} & set(given):
-            mini_batch_follows(cfg)
-        cfg = cfg.validate()  # fails before any model loads
+        cfg = train_config_from(args, paths)  # fails before any model loads
     except (ValueError, TypeError) as err:
         parser.error(str(err))
     for name, default in (("cpu", False), ("fsdp", False), ("out", None), ("save_every", 0),

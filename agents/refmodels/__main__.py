@@ -2,6 +2,12 @@
 
     python -m agents.refmodels [--tasks sentiment,arithmetic] [--budget full|tiny] [--force]
     python -m agents.refmodels --measure sentiment    # knowledge + cross-role transfer, 3 seeds
+    python -m agents.refmodels --measure reviews --model smollm2-135m --lora \\
+        --mixed-precision bf16 --batch-size 16 --iterations 30 --lr 5e-4 --seeds 0,1,2,3,4
+
+`--measure` takes any task and model (`--import` for plug-in tasks) and every training
+setting of `agents.train.TrainConfig` as an option: the budget at which PPO and cory-no-re
+are trained for the cross-role transfer (docs/offline-models.md, "Measuring a model").
 """
 
 from __future__ import annotations
@@ -15,17 +21,18 @@ from pathlib import Path
 
 from cory_env.data.tokenizer import TASKS
 
+from ..train import add_train_options, train_config_from
 from .data import check_task
 from .measure import format_report, repeated_gap
 from .pretrain import BUDGET_ENV, BUDGETS, build, model_dir, rebuild, reference_lm, resolve_budget
-from .transfer import format_transfer, measure_transfer, saved_transfer
+from .transfer import QUERIES, format_transfer, measure_transfer, saved_transfer
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Build (once) the offline reference LMs and print their reports."""
-    parser = argparse.ArgumentParser(prog="python -m agents.refmodels",
-                                     description="Build (once) the offline reference LMs and "
-                                                 "print their held-out reports.")
+    parser = argparse.ArgumentParser(prog="python -m agents.refmodels", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     argument_default=argparse.SUPPRESS, allow_abbrev=False)
     parser.add_argument("--tasks", default=",".join(TASKS),
                         help="comma-separated tasks (default: %(default)s)")
     parser.add_argument("--budget", default=None, choices=sorted(BUDGETS),
@@ -33,11 +40,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="rebuild even if cached")
     parser.add_argument("--gap-repeats", type=int, default=0, metavar="N",
                         help="then measure each model's observer gap N more times (noise check)")
-    parser.add_argument("--measure", metavar="TASK",
-                        help="measure knowledge transfer and cross-role transfer of the task's "
-                             "model (about 4 minutes; saved to its transfer.json)")
+    parser.add_argument("--measure", metavar="TASK", default=None,
+                        help="measure knowledge transfer and cross-role transfer of a task's "
+                             "model (--model; default: the offline LM, about 4 minutes)")
     parser.add_argument("--seeds", default="0,1,2", help="seeds of --measure (default: 0,1,2)")
-    parser.add_argument("--worker", nargs=3, metavar=("TASK", "BUDGET", "OUT"),
+    parser.add_argument("--queries", type=int, default=QUERIES,
+                        help="held-out queries of each --measure evaluation (default: %(default)s)")
+    parser.add_argument("--out", default=None,
+                        help="--measure's JSON file (default: the model folder's transfer.json, "
+                             "or transfer-TASK.json for a model that is not the offline LM)")
+    paths = add_train_options(parser, skip=("task", "method", "seed"))
+    parser.add_argument("--worker", nargs=3, metavar=("TASK", "BUDGET", "OUT"), default=None,
                         help=argparse.SUPPRESS)  # internal: build into OUT (see _launch)
     parser.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -47,24 +60,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     budget = resolve_budget(args.budget)
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
-    for task in [args.measure] if args.measure else tasks:
+    if args.measure:
+        try:
+            cfg = train_config_from(args, paths, task=args.measure)
+            if cfg.model is None and args.measure not in TASKS:
+                raise ValueError(f"--measure {args.measure}: the task has no offline reference "
+                                 f"LM ({', '.join(TASKS)} have); give --model")
+            try:
+                seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+            except ValueError:
+                raise ValueError(f"--seeds must be a comma list of integers, got "
+                                 f"{args.seeds!r}") from None
+            if not seeds or args.queries < 1:
+                raise ValueError(f"--measure needs at least one seed and one query, got "
+                                 f"--seeds {args.seeds!r} --queries {args.queries}")
+        except ValueError as err:
+            parser.error(str(err))
+        if cfg.model is None:
+            reference_lm(args.measure, budget=budget)
+        result = measure_transfer(args.measure, model=cfg.model, cfg=cfg, seeds=seeds,
+                                  n=args.queries, out=args.out)
+        print("\n".join(format_transfer(result)))
+        print(f"[cory lm] measured in {result['seconds']:.0f}s; saved to {result['file']}")
+        return 0
+    for task in tasks:
         try:
             check_task(task)
         except ValueError as err:
             parser.error(str(err))
-    if args.measure:
-        try:
-            seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
-        except ValueError:
-            parser.error(f"--seeds must be a comma list of integers, got {args.seeds!r}")
-        if len(seeds) < 1:
-            parser.error("--seeds needs at least one seed")
-        reference_lm(args.measure, budget=budget)
-        result = measure_transfer(args.measure, seeds=seeds)
-        print("\n".join(format_transfer(result)))
-        print(f"[cory lm] measured in {result['seconds']:.0f}s; saved to "
-              f"{Path(result['model']) / 'transfer.json'}")
-        return 0
     for task in tasks:
         t0 = time.perf_counter()
         cached = model_dir(task, budget).is_dir() and not args.force

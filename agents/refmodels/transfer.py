@@ -35,7 +35,7 @@ from cory_env.files import atomic_write
 from ..rollout import answer_alone
 from ..sampling import SamplingConfig
 from ..stats import Interval, mean_interval
-from ..train import TrainConfig, Trainer
+from ..train import TrainConfig, Trainer, model_of
 from .measure import as_policy, forced_tokens, play_episode
 
 SEEDS = (0, 1, 2)
@@ -177,17 +177,29 @@ def verdict(result: dict) -> str:
 
 
 def measure_transfer(task: str, model: str | None = None, cfg: TrainConfig | None = None,
-                     seeds=SEEDS, n: int = QUERIES, save: bool = True, progress=print) -> dict:
-    """Both transfers for a task's model (default: its offline reference LM), saved to the
-    model folder's transfer.json when `save`."""
+                     seeds=SEEDS, n: int = QUERIES, save: bool = True, progress=print,
+                     out: str | None = None) -> dict:
+    """Knowledge and cross-role transfer of a task's model at `cfg`'s training budget.
+
+    `model`: any model (a short name, a GGUF file, a folder; default: the task's offline
+    reference LM); `cfg`: the training settings (default `TrainConfig()`; its task and model
+    are set here); `seeds`, `n`: seeds and held-out queries of every measurement. When `save`,
+    the result is written to `out`, else to the model folder's transfer.json (a folder with a
+    build report: an offline LM) or transfer-<task>.json; `result["file"]` says where.
+    """
     t0 = time.perf_counter()
-    cfg = replace(cfg or TrainConfig(), task=task, model=model)
+    cfg = replace(cfg or TrainConfig(), task=task, model=model).validate()
     first = Trainer(replace(cfg, method="ppo", iterations=1))
-    path = Path(model) if model else Path(_default_path(task))
+    path = Path(model_of(cfg, "llm_0") or _default_path(task))
+    own = (path / "report.json").exists()  # an offline reference LM: one task's model
+    file = Path(out) if out else path / ("transfer.json" if own else f"transfer-{task}.json")
     env = first.env
-    result = {"task": task, "model": str(path), "seeds": list(seeds), "queries": n,
+    result = {"task": task, "model": str(model or path), "seeds": list(seeds), "queries": n,
+              "file": str(file),
               "budget": {"iterations": cfg.iterations, "batch_size": cfg.batch_size,
-                         "lr": cfg.ppo.lr, "kl_penalty": cfg.ppo.kl_penalty},
+                         "lr": cfg.ppo.lr, "kl_penalty": cfg.ppo.kl_penalty,
+                         "lora": cfg.lora is not None,
+                         "mixed_precision": cfg.mixed_precision},
               "knowledge_transfer": knowledge_transfer(
                   first.learner.policies["llm_0"], env.task, env.tokenizer, env.max_new_tokens,
                   seeds, n)}
@@ -196,9 +208,9 @@ def measure_transfer(task: str, model: str | None = None, cfg: TrainConfig | Non
     result["verdict"] = verdict(result)
     result["seconds"] = time.perf_counter() - t0
     if save:
-        atomic_write(path / "transfer.json", json.dumps(result, indent=2))
+        atomic_write(file, json.dumps(result, indent=2))
         report = path / "report.json"
-        if report.exists():  # the build report carries the figures too
+        if own and not out:  # the build report carries the figures too
             atomic_write(report, json.dumps({**json.loads(report.read_text()),
                                              "transfer": result}, indent=2))
     return result

@@ -1,7 +1,16 @@
 """Tasks: the Task interface, the registry and the built-in tasks."""
 
-from . import hf, offline  # noqa: F401  (registers imdb, gsm8k, sentiment, arithmetic)
-from .base import Query, Task, make_task, register_task, registered_tasks, task_options
+from . import hf, offline, reasoning, reviews  # noqa: F401  (registers the built-in tasks)
+from .base import (
+           Query,
+           Task,
+           is_exact_match,
+           make_task,
+           register_task,
+           registered_tasks,
+           task_options,
+)
 from .course import CourseTask  # noqa: F401  (registers course)
 
-__all__ = ["Query", "Task", "make_task", "register_task", "registered_tasks", "task_options"]
+__all__ = ["Query", "Task", "is_exact_match", "make_task", "register_task", "registered_tasks",
+           "task_options"]

@@ -68,8 +68,8 @@ class Task(ABC):
     """A CORY task: where queries come from, how prompts look, and how responses are scored.
 
     Subclasses set `name`, `pioneer_template` and `observer_template`, and implement
-    `load_queries`, `reward` and `build_tokenizer`. See README "Writing a task". In a chain of
-    K > 2 agents, position k >= 2 uses `chain_template(k)`.
+    `load_queries`, `reward` and `build_tokenizer` (docs/environment.md, "Writing a task"). In
+    a chain of K > 2 agents, position k >= 2 uses `chain_template(k)`.
     """
 
     name: str = "task"
@@ -79,6 +79,12 @@ class Task(ABC):
     observer_template_no_kt: str | None = None
     default_max_new_tokens: int = 16
     default_context_len: int = 128
+    #: True: the task speaks the run's tokenizer (the model's, or the env's `tokenizer=`), and
+    #: its own `build_tokenizer` is only the default when a run brings none
+    takes_run_tokenizer: bool = False
+    #: True: a reward of 1 means solved and 0 not (pass@k, greedy accuracy and the math
+    #: claims apply)
+    exact_match: bool = False
 
     def __init__(self) -> None:
         self._tokenizer = None
@@ -109,6 +115,12 @@ class Task(ABC):
         if self._tokenizer is None:
             self._tokenizer = self.build_tokenizer()
         return self._tokenizer
+
+    def use_tokenizer(self, tokenizer) -> None:
+        """Adopt the run's tokenizer (a `takes_run_tokenizer` task's queries follow it)."""
+        if tokenizer is not self._tokenizer:
+            self._tokenizer = tokenizer
+            self._queries.clear()
 
     def query_ids(self, query: Query, tokenizer) -> list[int]:
         """Token ids of a query: its stored ids if any, else the tokenized text."""
@@ -191,6 +203,14 @@ def make_task(task, **kwargs) -> Task:
                              f"{sorted(accepted) or 'none'}")
         return factory(**kwargs)
     raise TypeError(f"task must be a name, Task or Task class, got {type(task).__name__}")
+
+
+def is_exact_match(task) -> bool:
+    """Whether a task (a name, class or instance) has an exact-match reward."""
+    if isinstance(task, str):
+        _discover()
+        task = _REGISTRY.get(task)
+    return bool(getattr(task, "exact_match", False))
 
 
 def registered_tasks() -> list[str]:

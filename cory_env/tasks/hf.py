@@ -11,7 +11,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..files import check_local_path
 from .base import Query, Task, exact_match_reward, register_task, response_slot
+from .rewards import VADER, VADER_SCALE, check_scale, check_vader, vader
 
 GSM8K_ONE_SHOT = (
     "Question: Shawn has five toys. For Christmas, he got two toys each from his mom and dad. "
@@ -50,6 +52,8 @@ def load_split(dataset: str, split: str, config: str | None = None):
 
 def prefix_queries(texts: Sequence[str], tokenizer, lengths=(2, 8), seed=0) -> list[Query]:
     """Queries made of each text's first k tokens, k uniform in [lengths[0], lengths[1]]."""
+    if not texts:
+        return []
     rng = np.random.default_rng(seed)
     ks = rng.integers(lengths[0], lengths[1] + 1, size=len(texts))
     encoded = tokenizer([t[:200] for t in texts], add_special_tokens=False)["input_ids"]
@@ -62,18 +66,28 @@ def prefix_queries(texts: Sequence[str], tokenizer, lengths=(2, 8), seed=0) -> l
 
 @register_task("imdb")
 class IMDBTask(Task):
-    """IMDB review continuation; reward = the POSITIVE logit of a sentiment classifier."""
+    """IMDB review continuation; reward = the POSITIVE logit of a sentiment classifier, or
+    `reward_model="vader"`: reward_scale x VADER compound (no classifier, no download)."""
 
     name = "imdb"
     observer_template = IMDB_OBSERVER
+    takes_run_tokenizer = True
     default_max_new_tokens = 16
     default_context_len = 96
 
     def __init__(self, dataset: str = "imdb", reward_model: str = "lvwerra/distilbert-imdb",
                  tokenizer: str = "gpt2", min_chars: int = 100, prompt_tokens=(2, 8),
                  max_queries: int | None = None, reward_device: str = "cpu",
-                 reward_batch_size: int = 64, seed: int = 0):
+                 reward_batch_size: int = 64, seed: int = 0, reward_scale: float = VADER_SCALE):
         super().__init__()
+        if not isinstance(reward_model, str) or not reward_model:
+            raise ValueError(f"reward_model must be 'vader' or a classifier's name or folder, "
+                             f"got {reward_model!r}")
+        if reward_model == VADER:
+            check_vader()
+        else:
+            check_local_path("reward_model", reward_model)
+        self.reward_scale = check_scale("reward_scale", reward_scale)
         self.dataset, self.reward_model_name, self.tokenizer_name = dataset, reward_model, tokenizer
         self.min_chars, self.prompt_tokens, self.max_queries = min_chars, prompt_tokens, max_queries
         self.reward_device, self.reward_batch_size = reward_device, reward_batch_size
@@ -94,6 +108,9 @@ class IMDBTask(Task):
         """Reviews longer than `min_chars`, cut to their first 2-8 tokens."""
         data = load_split(self.dataset, split)
         texts = [t for t in data["text"] if len(t) > self.min_chars]
+        if not texts:
+            raise ValueError(f"imdb: no review in split {split!r} of {self.dataset!r} is longer "
+                             f"than min_chars={self.min_chars} (of {len(data)}); lower min_chars")
         if self.max_queries:
             texts = texts[: self.max_queries]
         return prefix_queries(texts, self.tokenizer, self.prompt_tokens, self.seed)
@@ -109,9 +126,11 @@ class IMDBTask(Task):
         self._classifier = (tok, model, positive)
 
     def reward(self, queries: Sequence[Query], responses: Sequence[str]) -> np.ndarray:
-        """The classifier's raw POSITIVE logit of query + response."""
+        """The classifier's raw POSITIVE logit of query + response (or the scaled VADER score)."""
         import torch
 
+        if self.reward_model_name == VADER:
+            return vader([q.text + r for q, r in zip(queries, responses)], self.reward_scale)
         if self._classifier is None:
             self._load_classifier()
         tok, model, positive = self._classifier
@@ -130,6 +149,8 @@ class GSM8KTask(Task):
     """GSM8K with the paper's one-shot template; reward = exact match of the last number."""
 
     name = "gsm8k"
+    takes_run_tokenizer = True
+    exact_match = True
     pioneer_template = GSM8K_ONE_SHOT + "Question: {query}\nAnswer:"
     observer_template = GSM8K_ONE_SHOT + "Question: {query}\nReference: {response}\nAnswer:"
     default_max_new_tokens = 128

@@ -78,6 +78,7 @@ class ArithmeticTask(Task):
     """Generated GSM8K-style word problems, one-shot template; reward = exact match."""
 
     name = "arithmetic"
+    exact_match = True
 
     @property
     def pioneer_template(self) -> str:

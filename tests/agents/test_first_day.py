@@ -19,7 +19,7 @@ import cory_env
 from agents.learner import IPPO, register_learner, registered_learners
 from agents.ppo import PPOConfig
 from agents.train import TrainConfig, Trainer
-from cory_env import plugins
+from cory_env import Query, plugins
 
 cory_env.register_task("toy", ToyTask)
 ROOT = Path(__file__).resolve().parents[2]
@@ -286,19 +286,29 @@ def test_an_unreachable_hub_name_fails_fast():
     assert time.perf_counter() - t0 < 15
 
 
-def test_the_task_tokenizer_follows_a_local_model(tmp_path):
-    """A task that takes a tokenizer (imdb's default is the hub's gpt2) gets the model's."""
+def test_a_task_that_takes_the_run_tokenizer_gets_the_models(tmp_path):
+    """A task declares `takes_run_tokenizer`; the name of its keywords plays no part."""
     class TokTask(ToyTask):
-        def __init__(self, tokenizer: str = "gpt2"):
+        takes_run_tokenizer = True
+
+        def __init__(self, vocabulary_from: str = "the-hub's"):
             super().__init__()
-            self.tokenizer_name = tokenizer
+
+        def load_queries(self, split):
+            ids = self.tokenizer("the movie was", add_special_tokens=False)["input_ids"]
+            return [Query("the movie was", ids=tuple(ids))]
 
     cory_env.register_task("tok-toy", TokTask)
     lm = save_toy_lm(tmp_path / "lm")
     trainer = Trainer(TrainConfig(task="tok-toy", method="ppo", model=lm, batch_size=8,
                                   ppo=PPOConfig(batch_size=8, mini_batch_size=8)))
-    assert trainer.env.task.tokenizer_name == lm
-    assert cory_env.task_options("imdb")["tokenizer"] == "gpt2"
+    env = trainer.env
+    assert env.task.tokenizer is env.tokenizer  # queries are cut with the model's tokenizer
+    assert env.task.queries()[0].ids == tuple(env.tokenizer.encode("the movie was"))
+    own = cory_env.make_task("toy")
+    trainer = Trainer(TrainConfig(task=own, method="ppo", model=lm, batch_size=8,
+                                  ppo=PPOConfig(batch_size=8, mini_batch_size=8)))
+    assert trainer.env.task.tokenizer is not trainer.env.tokenizer  # not declared: its own
 
 
 # ----------------------------------------------------------------------------- conventions

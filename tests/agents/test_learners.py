@@ -76,13 +76,20 @@ def test_a_token_cap_splits_passes_and_still_learns(toy_lm, method):
 
 
 @pytest.mark.parametrize("precision,mode,recomputes", [
-    (None, "auto", False), (None, "recompute", True), ("bf16", "auto", True),
+    (None, "auto", False), (None, "recompute", True), ("bf16", "auto", False),
     ("bf16", "sampler", False)])
 def test_old_logprobs_come_from_where_the_config_says(toy_lm, precision, mode, recomputes):
-    """ppo.old_logprobs: the sampler's own, or one recomputing pass (auto: under bf16 only)."""
+    """ppo.old_logprobs: the rollout's own (under bf16 from its full pass), or one more
+    recomputing pass in the learner."""
     trainer = Trainer(config(toy_lm, "ppo", mixed_precision=precision, old_logprobs=mode))
     turn = rollout(trainer.env, trainer.learner.policies, trainer.cfg.sampling)["llm_0"]
     sampled = turn.logprobs.clone()
+    if precision:  # the rollout's numbers are a full pass's: exactly what evaluate gives
+        policy = trainer.learner.policies["llm_0"]
+        with torch.no_grad():
+            ev = policy.evaluate(turn.input_ids, turn.attention_mask, turn.response_mask.shape[1],
+                                 trainer.cfg.sampling)
+        assert torch.equal(sampled, ev.logprobs.float() * turn.response_mask)
     agent = trainer.learner.agents["llm_0"]
     assert agent.recomputes == recomputes
     passes = []

