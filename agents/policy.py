@@ -335,9 +335,25 @@ class LLMPolicy(nn.Module):
     def _heads(self, h: torch.Tensor):
         """Logits (float32) and values (the value head always runs in float32)."""
         h = h.contiguous()  # a sliced h made the frozen LM head's backward a batched matmul
-        with self.autocast():
-            logits = self.hf_model.get_output_embeddings()(h).float()
-        return logits, self.value_head(h.float()).squeeze(-1)
+        return self._logits(self.hf_model, h), self.value_head(h.float()).squeeze(-1)
+
+    def _logits(self, hf: nn.Module, h: torch.Tensor) -> torch.Tensor:
+        """`hf`'s LM head on h, float32. Under bf16 autocast a frozen float32 head (tied to the
+        embeddings) multiplies by a cached bf16 copy of its weight: the numbers autocast would
+        cast it to on every call (28M weights a call for SmolLM2), cast once."""
+        head = hf.get_output_embeddings()
+        w = head.weight
+        if self.amp_dtype != torch.bfloat16 or w.requires_grad or w.dtype != torch.float32:
+            with self.autocast():
+                return head(h).float()
+        cache = self.__dict__.setdefault("_bf16_heads", {})
+        hit = cache.get(id(w))
+        if hit is None or hit[0] is not w or hit[1] != w._version:
+            with torch.inference_mode(False), torch.no_grad():  # usable by passes with grad
+                bias = None if head.bias is None else head.bias.to(torch.bfloat16)
+                hit = cache[id(w)] = (w, w._version, w.to(torch.bfloat16), bias)
+        with self.autocast():  # the same bf16 matmul autocast runs
+            return F.linear(h.to(torch.bfloat16), hit[2], hit[3]).float()
 
     def forward(self, input_ids, attention_mask, past_key_values=None, position_ids=None):
         """Full pass -> (logits (B, L, V) float32, values (B, L), cache or None).
@@ -474,9 +490,8 @@ class LLMPolicy(nn.Module):
                         ids, mask = trim_left_padding(input_ids[i:i + chunk_size],
                                                       attention_mask[i:i + chunk_size], T + 1)
                         h, _ = self._hidden(hf, ids, mask)
-                        with self.autocast():  # contiguous, as in _heads: the same kernels
-                            logits = hf.get_output_embeddings()(
-                                h[:, -T - 1:-1].contiguous()).float()
+                        # contiguous, as in _heads: the same kernels
+                        logits = self._logits(hf, h[:, -T - 1:-1].contiguous())
                     with torch.no_grad():  # outside inference mode: a normal tensor for losses
                         out.append(F.log_softmax(logits, dim=-1))
         finally:

@@ -401,7 +401,9 @@ def _minibatch_loss(policy: Any, mb: PPOBatch, cfg: PPOConfig, kl_coef: float,
                             cfg.cliprange_value)
     entropy = _field(out, "entropy", required=cfg.entropy_coef > 0)
     entropy = masked_mean(entropy.float(), mask) if entropy is not None else pg.new_zeros(())
-    loss = pg + cfg.vf_coef * vf - cfg.entropy_coef * entropy
+    loss = pg + cfg.vf_coef * vf
+    if cfg.entropy_coef:  # else a statistic only: no backward through (B, T, V) tensors
+        loss = loss - cfg.entropy_coef * entropy
     kl_loss = pg.new_zeros(())
     if cfg.kl_in == "loss":
         raw = _field(out, "raw_logprobs", required=False)

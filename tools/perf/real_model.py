@@ -1,0 +1,175 @@
+"""Where a real model's iteration goes, against its hardware floor (docs/performance.md).
+
+    python tools/perf/real_model.py                       # SmolLM2-135M, reviews, CORY + PPO
+    python tools/perf/real_model.py --batch-size 8 --methods cory --iters 2
+
+Times each phase of a training iteration (decoding, the reference pass, the full pass that
+bf16 needs, the update, the rest: env, rewards, metrics) at the study's settings (LoRA r 16,
+bf16 autocast, 12 new tokens, 4 PPO epochs), counts the matmul FLOPs each phase needs from
+the tokens it actually processed, and measures this machine's bf16 and fp32 matmul throughput
+on the same threads. The floor of an iteration is its FLOPs over that throughput; the report
+gives each phase's time against its floor. The last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+if __package__ in (None, ""):  # `python tools/perf/real_model.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch
+
+import agents.rollout as rollout_module
+from agents.loading import LoraSettings
+from agents.policy import LLMPolicy
+from agents.ppo import PPOConfig
+from agents.train import TrainConfig, Trainer
+
+
+def matmul_tflops(dtype: torch.dtype, n: int = 1536, repeats: int = 8, rounds: int = 6) -> float:
+    """Measured TFLOP/s of an n x n x n matmul in `dtype` on the current threads (the best
+    of `rounds`: a machine's throughput, not its noise)."""
+    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+    a @ b  # warm-up
+    best = 0.0
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(repeats):
+            a @ b
+        best = max(best, 2 * n ** 3 * repeats / (time.perf_counter() - t0) / 1e12)
+    return best
+
+
+def model_flops(policy) -> tuple[float, float]:
+    """Matmul FLOPs per token: (the layers, the LM head), 2 per weight (LoRA included)."""
+    hf = policy.hf_model
+    head = hf.get_output_embeddings().weight.numel()
+    layers = sum(m.weight.numel() for name, m in hf.named_modules()
+                 if isinstance(m, torch.nn.Linear) and m is not hf.get_output_embeddings())
+    return 2.0 * layers, 2.0 * head
+
+
+class Clock:
+    """Wall time and matmul FLOPs per phase, filled by wrapped methods."""
+
+    def __init__(self):
+        self.seconds, self.flops = defaultdict(float), defaultdict(float)
+
+    @contextlib.contextmanager
+    def phase(self, name: str, flops: float = 0.0):
+        t0 = time.perf_counter()
+        yield
+        self.seconds[name] += time.perf_counter() - t0
+        self.flops[name] += flops
+
+
+def instrument(clock: Clock, per_token: tuple[float, float]) -> None:
+    """Wrap the passes of LLMPolicy and the rollout so each adds its time and FLOPs."""
+    layers, head = per_token
+    begin, feed, ref = LLMPolicy.begin, LLMPolicy.feed, LLMPolicy.reference_logsoftmax
+    full, evaluate = rollout_module.full_pass, LLMPolicy.evaluate
+
+    def tokens(mask) -> float:
+        return float(mask.sum())
+
+    def timed_begin(self, ids, mask, *a, **kw):
+        with clock.phase("decode", tokens(mask) * layers + mask.shape[0] * head):
+            return begin(self, ids, mask, *a, **kw)
+
+    def timed_feed(self, state, token, active=None):
+        n = float(active.sum()) if active is not None else token.numel()
+        with clock.phase("decode", n * (layers + head)):
+            return feed(self, state, token, active)
+
+    def timed_ref(self, ids, mask, T, *a, **kw):
+        with clock.phase("reference", tokens(mask) * layers + tokens(mask[:, -T:]) * head):
+            return ref(self, ids, mask, T, *a, **kw)
+
+    def timed_full(policy, ids, mask, T, sampling):
+        with clock.phase("full pass", tokens(mask) * layers + tokens(mask[:, -T:]) * head):
+            return full(policy, ids, mask, T, sampling)
+
+    def timed_evaluate(self, ids, mask, n_response, *a, **kw):  # the update's passes
+        if torch.is_grad_enabled():  # forward + input-gradient backward: 2x the forward
+            T = n_response
+            clock.flops["update"] += 2 * (tokens(mask) * layers + tokens(mask[:, -T:]) * head)
+        return evaluate(self, ids, mask, n_response, *a, **kw)
+
+    LLMPolicy.begin, LLMPolicy.feed = timed_begin, timed_feed
+    LLMPolicy.reference_logsoftmax, LLMPolicy.evaluate = timed_ref, timed_evaluate
+    rollout_module.full_pass = timed_full
+
+
+def measure(method: str, args, tput: dict) -> dict:
+    """Time `args.iters` iterations of one method after one warm-up; the phases and floors."""
+    cfg = TrainConfig(task=args.task, method=method, model=args.model, batch_size=args.batch_size,
+                      iterations=args.iters + 1, max_new_tokens=args.max_new_tokens,
+                      lora=LoraSettings(r=16), mixed_precision="bf16",
+                      torch_compile=args.compile,
+                      ppo=PPOConfig(lr=5e-4, batch_size=args.batch_size,
+                                    mini_batch_size=args.batch_size, ppo_epochs=4))
+    trainer = Trainer(cfg)
+    t0 = time.perf_counter()
+    trainer.step()  # warm-up: first-call costs (compiling too) are not an iteration's
+    warmup = time.perf_counter() - t0
+    clock = Clock()
+    instrument(clock, model_flops(trainer.learner.policies["llm_0"]))
+    t0 = time.perf_counter()
+    for _ in range(args.iters):
+        m = trainer.step()
+        clock.seconds["update"] += m["time_update_s"]
+    total = (time.perf_counter() - t0) / args.iters
+    phases = {}
+    for name in ("decode", "reference", "full pass", "update"):
+        s, f = clock.seconds[name] / args.iters, clock.flops[name] / args.iters
+        phases[name] = {"s": round(s, 3), "gflop": round(f / 1e9, 1),
+                        "floor_s": round(f / tput["bf16"] / 1e12, 3)}
+    rest = total - sum(p["s"] for p in phases.values())
+    phases["rest (env, rewards, metrics)"] = {"s": round(rest, 3), "gflop": 0, "floor_s": 0}
+    floor = sum(p["floor_s"] for p in phases.values())
+    return {"method": method, "warmup_s": round(warmup, 1),
+            "s_per_iteration": round(total, 3), "floor_s": round(floor, 3),
+            "times_floor": round(total / floor, 2), "phases": phases}
+
+
+def main(argv=None) -> dict:
+    """Measure the throughput, then each method; print a table and a JSON line."""
+    p = argparse.ArgumentParser(prog="python tools/perf/real_model.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--task", default="reviews")
+    p.add_argument("--methods", default="cory,ppo")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--max-new-tokens", type=int, default=12)
+    p.add_argument("--iters", type=int, default=3, help="timed iterations (after one warm-up)")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--compile", action="store_true", help="torch.compile the training passes")
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    tput = {"bf16": matmul_tflops(torch.bfloat16), "fp32": matmul_tflops(torch.float32)}
+    print(f"matmul throughput on {args.threads} threads: bf16 {tput['bf16']:.2f} TFLOP/s, "
+          f"fp32 {tput['fp32']:.2f} TFLOP/s")
+    out = {"threads": args.threads, "tflops": {k: round(v, 3) for k, v in tput.items()},
+           "batch_size": args.batch_size, "max_new_tokens": args.max_new_tokens, "runs": []}
+    for method in args.methods.split(","):
+        r = measure(method, args, tput)
+        out["runs"].append(r)
+        print(f"\n{method}: {r['s_per_iteration']:.2f} s/iteration, floor {r['floor_s']:.2f} s "
+              f"({r['times_floor']:.2f}x)")
+        for name, ph in r["phases"].items():
+            print(f"  {name:<30} {ph['s']:7.3f} s  {ph['gflop']:8.1f} GFLOP  floor "
+                  f"{ph['floor_s']:.3f} s")
+    print(json.dumps(out))
+    return out
+
+
+if __name__ == "__main__":
+    main()
