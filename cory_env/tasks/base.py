@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -241,6 +242,12 @@ def _discover() -> None:
     from ..plugins import load_entry_points
 
     load_entry_points("cory.tasks")
+
+
+def held_out(text: str, share: int) -> bool:
+    """Whether a query text belongs to the test split: one text in `share`, by a hash of it
+    (the same on every machine), so no text is in both splits."""
+    return zlib.crc32(text.encode()) % share == 0
 
 
 def last_number(text: str) -> str | None:

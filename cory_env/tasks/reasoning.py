@@ -4,14 +4,15 @@
     cory_env.make_task("reasoning", dataset="chain_sum", min_terms=2, max_terms=3)
 
 Any single-answer reasoning-gym dataset works (`dataset=` its name; other options go to its
-generator). Train and test problems come from two generator seeds; a test problem whose
-question also occurs in training is dropped. The prompt is the paper's GSM8K one-shot form
-("Question: ...\\nAnswer:"), its example a solved problem of a third seed; the observer's adds
-"Reference: <the pioneer's answer>". The reward is exact match: the first line of the answer
-(its last number, when the answer is a number) scored by the dataset's own `score_answer`,
-1 for a full score and 0 otherwise, so pass@k applies. The default difficulty (two terms of
-one or two digits, + and -) is where SmolLM2-135M-Instruct's pass@1 starts between 10% and
-40% (docs/environment.md).
+generator). Each split draws `n_queries` problems from its own generator seed and keeps those
+whose question falls in it by a hash (one question in 5 is held out), so no question is in
+both; the test split keeps each question once. The prompt is the paper's GSM8K one-shot form
+("Question: ...\\nAnswer:", `shots` solved examples of a third seed first); the observer's
+adds "Reference: <the pioneer's answer>". The reward is exact match: the first line of the
+answer (its last number, when the answer is a number) scored by the dataset's own
+`score_answer`, 1 for a full score and 0 otherwise, so pass@k applies. The default difficulty
+(two one-digit terms, + - *: 300 questions, 60 held out) is where SmolLM2-135M-Instruct's
+pass@1 starts between 10% and 40% (docs/environment.md has the measured difficulties).
 """
 
 from __future__ import annotations
@@ -22,12 +23,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .base import Query, Task, last_number, register_task
+from .base import Query, Task, held_out, last_number, register_task
 from .hf import reference_chain
 
-SEEDS = {"train": 0, "test": 1, "example": 2}
-EASY = {"basic_arithmetic": dict(min_terms=2, max_terms=2, min_digits=1, max_digits=2,
-                                 operators=("+", "-"), allow_parentheses=False,
+# reasoning-gym seeds item i with seed + i: the splits' seeds lie far apart
+SEEDS = {"train": 0, "test": 10_000_000, "example": 20_000_000}
+TEST_SHARE = 5
+EASY = {"basic_arithmetic": dict(min_terms=2, max_terms=2, min_digits=1, max_digits=1,
+                                 operators=("+", "-", "*"), allow_parentheses=False,
                                  allow_negation=False)}
 _NUMBER = re.compile(r"^-?\d+(\.\d+)?$")
 
@@ -58,7 +61,7 @@ class ReasoningTask(Task):
     default_max_new_tokens = 16
     default_context_len = 160
 
-    def __init__(self, dataset: str = "basic_arithmetic", n_queries: int = 2048,
+    def __init__(self, dataset: str = "basic_arithmetic", n_queries: int = 2048, shots: int = 1,
                  tokenizer: str = "smollm2-135m", **options):
         super().__init__()
         check_reasoning_gym()
@@ -67,8 +70,9 @@ class ReasoningTask(Task):
         if dataset not in reasoning_gym.factory.DATASETS:
             raise ValueError(f"reasoning: unknown reasoning-gym dataset {dataset!r}; known: "
                              f"{', '.join(sorted(reasoning_gym.factory.DATASETS))}")
-        if isinstance(n_queries, bool) or not isinstance(n_queries, int) or n_queries < 1:
-            raise ValueError(f"n_queries must be a positive integer, got {n_queries!r}")
+        for name, value in (("n_queries", n_queries), ("shots", shots)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
         self.dataset, self.n_queries, self.tokenizer_name = dataset, n_queries, tokenizer
         self.options = {**EASY.get(dataset, {}), **options}
         try:
@@ -76,8 +80,8 @@ class ReasoningTask(Task):
         except Exception as err:
             raise ValueError(f"reasoning: dataset {dataset!r} refused the options "
                              f"{self.options}: {err}") from None
-        example = next(iter(self._generator("example", 1)))
-        self._one_shot = f"Question: {example['question']}\nAnswer: {example['answer']}\n"
+        self._one_shot = "".join(f"Question: {e['question']}\nAnswer: {e['answer']}\n"
+                                 for e in self._generator("example", shots))
 
     def _generator(self, split: str, size: int):
         import reasoning_gym
@@ -106,15 +110,17 @@ class ReasoningTask(Task):
         return load_tokenizer(self.tokenizer_name)
 
     def load_queries(self, split: str) -> list[Query]:
-        """n_queries problems of a split; test drops questions that occur in training."""
+        """The problems among n_queries drawn for a split whose question falls in it by a hash
+        (one in TEST_SHARE is held out); test keeps each question once."""
         if split not in ("train", "test"):
             raise ValueError(f"unknown split {split!r}; use train or test")
-        data = self._generator(split, self.n_queries)
-        seen = set()
-        if split == "test":
-            seen = {e["question"] for e in self._generator("train", self.n_queries)}
-        return [Query(text=e["question"], answer=str(e["answer"]), meta={"entry": e, "data": data})
-                for e in data if e["question"] not in seen]
+        data, out, seen = self._generator(split, self.n_queries), [], set()
+        for e in data:
+            q = e["question"]
+            if held_out(q, TEST_SHARE) == (split == "test") and not (split == "test" and q in seen):
+                seen.add(q)
+                out.append(Query(text=q, answer=str(e["answer"]), meta={"entry": e, "data": data}))
+        return out
 
     def reward(self, queries: Sequence[Query], responses: Sequence[str]) -> np.ndarray:
         """1 where the dataset scores the extracted answer as fully correct, else 0."""

@@ -10,12 +10,11 @@ The reward is VADER's compound score of query + response, times `reward_scale` (
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Sequence
 
 import numpy as np
 
-from .base import Query, Task, register_task
+from .base import Query, Task, held_out, register_task
 from .hf import IMDB_OBSERVER, prefix_queries, rewrite_chain
 from .rewards import VADER_SCALE, check_scale, check_vader, vader
 
@@ -24,7 +23,7 @@ TEST_SHARE = 8  # one opening in 8 is held out
 
 def split_of(text: str) -> str:
     """The split an opening belongs to, by a hash of its text."""
-    return "test" if zlib.crc32(text.encode()) % TEST_SHARE == 0 else "train"
+    return "test" if held_out(text, TEST_SHARE) else "train"
 
 
 @register_task("reviews")
