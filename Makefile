@@ -17,10 +17,12 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)
 
-# The offline demo: PPO vs CORY on the offline tasks (builds the tiny models on first use).
+# The offline demo: SmolLM2-135M playing both roles, then PPO vs CORY on the offline
+# sentiment task (builds the tiny models on first use), then the real model's study command.
 demo: $(STAMP)
-	$(BIN)/python -m cory_env.demo --episodes 1
+	$(BIN)/python -m agents.play --episodes 3
 	$(BIN)/python -m benchmarks.run   # prints where report.md and the plots are
+	@echo "On the real model: $(BIN)/python -m benchmarks.run --model smollm2-135m --tasks reviews --methods ppo,cory --quick"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q tests

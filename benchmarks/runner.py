@@ -197,9 +197,13 @@ def mechanism(cfg: BenchConfig, folder: RunFolder) -> dict:
 
     out = {}
     for task in cfg.tasks:
-        if cfg.model_for(task) is not None or task not in OFFLINE:
-            out[task] = {"not_measured": "the model is not an offline reference LM; measure "
-                                         "it with agents.refmodels.transfer.measure_transfer"}
+        model = cfg.model_for(task)
+        if model is not None or task not in OFFLINE:
+            saved = saved_transfer_of(model, task)
+            out[task] = saved or {"not_measured": (
+                f"the model is not an offline reference LM; measure it with python -m "
+                f"agents.refmodels --measure {task} --model {model or 'MODEL'} and this run's "
+                f"training options (saved beside the model, then read here)")}
             continue
         path = reference_lm(task)
         saved = saved_transfer(path)
@@ -213,6 +217,17 @@ def mechanism(cfg: BenchConfig, folder: RunFolder) -> dict:
                                      progress=folder.log)
         out[task] = saved
     return out
+
+
+def saved_transfer_of(model: str | None, task: str) -> dict | None:
+    """What `agents.refmodels --measure TASK --model MODEL` saved beside a model, if any."""
+    import json
+
+    from agents.train import model_of
+
+    folder = model_of(TrainConfig(model=model), "llm_0") if model else None
+    file = Path(folder) / f"transfer-{task}.json" if folder and Path(folder).is_dir() else None
+    return json.loads(file.read_text()) if file is not None and file.exists() else None
 
 
 # ------------------------------------------------------------------------------- progress
