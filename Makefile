@@ -46,6 +46,6 @@ perf-trl-venv: $(TRL_VENV)/.installed
 $(TRL_VENV)/.installed:
 	test -x $(TRL_VENV)/bin/python || $(PY) -m venv $(TRL_VENV)
 	$(TRL_VENV)/bin/python -m pip install -q torch==2.13.0 trl==0.11.4 transformers==4.46.3 \
-		"accelerate<1.0" "datasets<3" "numpy<2" "pyarrow<17" rich
+		"accelerate<1.0" "datasets<3" "numpy<2" "pyarrow<17" rich vadersentiment
 	touch $@
 

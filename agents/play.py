@@ -3,6 +3,7 @@
     python -m agents.play                                   # SmolLM2-135M on reviews
     python -m agents.play --task reasoning --episodes 6
     python -m agents.play --model path/to/folder_or.gguf --task sentiment
+    python -m agents.play --task reasoning --alone 69 --samples 8   # the base model's score
 
 One batch of episodes of the batched env with the model as both agents (untrained: the same
 weights), through the training rollout; nothing is trained or written.
@@ -16,10 +17,11 @@ import textwrap
 
 import torch
 
-from cory_env import BatchedCoryEnv, registered_tasks
+from cory_env import BatchedCoryEnv, make_task, registered_tasks
 from cory_env.plugins import load_plugins
 from cory_env.pretrained import PRETRAINED, check_model, model_source, resolve_model
 
+from .cli import key_values
 from .policy import LLMPolicy
 from .rollout import rollout
 
@@ -45,6 +47,26 @@ def transcripts(model: str, task: str, episodes: int, max_new_tokens: int | None
              "observer_reward": float(observer.task_reward[i])} for i in range(episodes)]
 
 
+def alone_score(model: str, task: str, n: int, samples: int, max_new_tokens: int | None,
+                seed: int, mixed_precision: str | None = "bf16", **task_options) -> dict:
+    """The untrained model answering the first n held-out queries alone, `samples` times each:
+    its mean task reward and, with a temperature-1 sampler, pass@1 for exact-match tasks."""
+    from .rollout import answer_alone
+    from .sampling import SamplingConfig
+
+    folder = resolve_model(model)
+    policy = LLMPolicy.from_pretrained(folder, mixed_precision=mixed_precision)
+    env = BatchedCoryEnv(batch_size=64, task=make_task(task, **task_options), tokenizer=folder,
+                         split="test", single_agent=True, max_new_tokens=max_new_tokens,
+                         seed=seed)
+    pool = len(env.task.queries("test"))
+    queries = list(range(min(n, pool)))
+    rewards, _ = answer_alone(env, policy, SamplingConfig(), torch.Generator().manual_seed(seed),
+                              [q for q in queries for _ in range(samples)])
+    return {"queries": len(queries), "held_out": pool, "samples": samples,
+            "mean_reward": float(rewards.mean()), "exact_match": env.task.exact_match}
+
+
 def main(argv=None) -> int:
     """Print the transcripts of one batch of episodes."""
     p = argparse.ArgumentParser(prog="python -m agents.play", description=__doc__,
@@ -56,6 +78,11 @@ def main(argv=None) -> int:
     p.add_argument("--episodes", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--alone", type=int, default=0, metavar="N",
+                   help="instead: score the first N held-out queries answered alone")
+    p.add_argument("--samples", type=int, default=1, help="answers per query of --alone")
+    p.add_argument("--task-options", type=key_values, default={}, metavar="K=V,...",
+                   help="the task's keywords, e.g. max_digits=2 (reasoning)")
     p.add_argument("--import", dest="imports", action="append", default=[],
                    metavar="MODULE_OR_FILE", help="module or .py file that registers tasks")
     args = p.parse_args(argv)
@@ -64,10 +91,19 @@ def main(argv=None) -> int:
         check_model(args.model)
         if args.task not in registered_tasks():
             raise ValueError(f"unknown task {args.task!r}; registered: {registered_tasks()}")
-        if args.episodes < 1:
-            raise ValueError(f"--episodes must be positive, got {args.episodes}")
-    except ValueError as err:
+        make_task(args.task, **args.task_options)  # its options, checked before loading
+        for name in ("episodes", "samples"):
+            if getattr(args, name) < 1:
+                raise ValueError(f"--{name} must be positive, got {getattr(args, name)}")
+    except (TypeError, ValueError) as err:
         p.error(str(err))
+    if args.alone:
+        r = alone_score(args.model, args.task, args.alone, args.samples, args.max_new_tokens,
+                        args.seed, **args.task_options)
+        what = "pass@1" if r["exact_match"] else "mean reward"
+        print(f"{args.model} alone on {r['queries']} of {r['held_out']} held-out {args.task} "
+              f"queries x {r['samples']} samples: {what} {r['mean_reward']:.3f}")
+        return 0
     source = model_source(resolve_model(args.model))
     print(f"{args.model} on {args.task}: the pioneer answers the query; the observer sees the "
           f"query and the pioneer's answer.")

@@ -1,14 +1,17 @@
-"""Where a real model's iteration goes, against its hardware floor (docs/performance.md).
+"""Where a real model's iteration goes, against its hardware floor and TRL 0.11.
 
-    python tools/perf/real_model.py                       # SmolLM2-135M, reviews, CORY + PPO
-    python tools/perf/real_model.py --batch-size 8 --methods cory --iters 2
+    python tools/perf/real_model.py                       # SmolLM2-135M, reviews, PPO + CORY
+    python tools/perf/real_model.py --settings fast --methods cory --iters 2
 
 Times each phase of a training iteration (decoding, the reference pass, the full pass that
-bf16 needs, the update, the rest: env, rewards, metrics) at the study's settings (LoRA r 16,
-bf16 autocast, 12 new tokens, 4 PPO epochs), counts the matmul FLOPs each phase needs from
-the tokens it actually processed, and measures this machine's bf16 and fp32 matmul throughput
-on the same threads. The floor of an iteration is its FLOPs over that throughput; the report
-gives each phase's time against its floor. The last line is one JSON object.
+bf16 needs, the update, the rest: env, rewards, metrics) at batch 16, 12 new tokens, 4 PPO
+epochs of one mini-batch, in two settings: "fast" (the study's: LoRA r 16, bf16 autocast) and
+"full" (float32 full fine-tuning, the TRL anchor's). It counts the matmul FLOPs each phase
+needs from the tokens it processed and measures this machine's bf16 and fp32 matmul
+throughput on the same threads: the floor of an iteration is its FLOPs over that throughput.
+Each measurement runs in its own process (its own peak RSS), next to TRL 0.11.4's PPOTrainer
+and the official CORY recipe on the same model folder and workload (`tools/perf/trl_anchor.py`
+in the venv `make perf-trl-venv` builds). The last line is one JSON object.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import resource
+import subprocess
 import sys
 import time
 from collections import defaultdict
@@ -31,6 +36,9 @@ from agents.loading import LoraSettings
 from agents.policy import LLMPolicy
 from agents.ppo import PPOConfig
 from agents.train import TrainConfig, Trainer
+from cory_env.pretrained import resolve_model
+
+TRL_PYTHON = Path(__file__).resolve().parents[2] / ".venv-trl" / "bin" / "python"
 
 
 def matmul_tflops(dtype: torch.dtype, n: int = 1536, repeats: int = 8, rounds: int = 6) -> float:
@@ -70,8 +78,10 @@ class Clock:
         self.flops[name] += flops
 
 
-def instrument(clock: Clock, per_token: tuple[float, float]) -> None:
-    """Wrap the passes of LLMPolicy and the rollout so each adds its time and FLOPs."""
+def instrument(clock: Clock, per_token: tuple[float, float], backward: int) -> None:
+    """Wrap the passes of LLMPolicy and the rollout so each adds its time and FLOPs
+    (`backward`: the backward's FLOPs over the forward's; 1 for input gradients only, 2 with
+    weight gradients)."""
     layers, head = per_token
     begin, feed, ref = LLMPolicy.begin, LLMPolicy.feed, LLMPolicy.reference_logsoftmax
     full, evaluate = rollout_module.full_pass, LLMPolicy.evaluate
@@ -97,9 +107,10 @@ def instrument(clock: Clock, per_token: tuple[float, float]) -> None:
             return full(policy, ids, mask, T, sampling)
 
     def timed_evaluate(self, ids, mask, n_response, *a, **kw):  # the update's passes
-        if torch.is_grad_enabled():  # forward + input-gradient backward: 2x the forward
+        if torch.is_grad_enabled():  # forward + backward
             T = n_response
-            clock.flops["update"] += 2 * (tokens(mask) * layers + tokens(mask[:, -T:]) * head)
+            clock.flops["update"] += (1 + backward) * (tokens(mask) * layers
+                                                       + tokens(mask[:, -T:]) * head)
         return evaluate(self, ids, mask, n_response, *a, **kw)
 
     LLMPolicy.begin, LLMPolicy.feed = timed_begin, timed_feed
@@ -107,12 +118,17 @@ def instrument(clock: Clock, per_token: tuple[float, float]) -> None:
     rollout_module.full_pass = timed_full
 
 
-def measure(method: str, args, tput: dict) -> dict:
+SETTINGS = {"fast": "LoRA r 16 + bf16 autocast (the study's)",
+            "full": "full float32 fine-tuning (the TRL anchor's)"}
+
+
+def measure(method: str, setting: str, args, tput: dict) -> dict:
     """Time `args.iters` iterations of one method after one warm-up; the phases and floors."""
+    fast = setting == "fast"
     cfg = TrainConfig(task=args.task, method=method, model=args.model, batch_size=args.batch_size,
                       iterations=args.iters + 1, max_new_tokens=args.max_new_tokens,
-                      lora=LoraSettings(r=16), mixed_precision="bf16",
-                      torch_compile=args.compile,
+                      lora=LoraSettings(r=16) if fast else None,
+                      mixed_precision="bf16" if fast else None, torch_compile=args.compile,
                       ppo=PPOConfig(lr=5e-4, batch_size=args.batch_size,
                                     mini_batch_size=args.batch_size, ppo_epochs=4))
     trainer = Trainer(cfg)
@@ -120,53 +136,98 @@ def measure(method: str, args, tput: dict) -> dict:
     trainer.step()  # warm-up: first-call costs (compiling too) are not an iteration's
     warmup = time.perf_counter() - t0
     clock = Clock()
-    instrument(clock, model_flops(trainer.learner.policies["llm_0"]))
+    instrument(clock, model_flops(trainer.learner.policies["llm_0"]), backward=1 if fast else 2)
     t0 = time.perf_counter()
     for _ in range(args.iters):
         m = trainer.step()
         clock.seconds["update"] += m["time_update_s"]
     total = (time.perf_counter() - t0) / args.iters
+    peak = tput["bf16" if fast else "fp32"] * 1e12
     phases = {}
     for name in ("decode", "reference", "full pass", "update"):
         s, f = clock.seconds[name] / args.iters, clock.flops[name] / args.iters
-        phases[name] = {"s": round(s, 3), "gflop": round(f / 1e9, 1),
-                        "floor_s": round(f / tput["bf16"] / 1e12, 3)}
+        phases[name] = {"s": round(s, 3), "gflop": round(f / 1e9, 1), "floor_s": round(f / peak, 3)}
     rest = total - sum(p["s"] for p in phases.values())
     phases["rest (env, rewards, metrics)"] = {"s": round(rest, 3), "gflop": 0, "floor_s": 0}
     floor = sum(p["floor_s"] for p in phases.values())
-    return {"method": method, "warmup_s": round(warmup, 1),
+    return {"method": method, "setting": setting, "warmup_s": round(warmup, 1),
             "s_per_iteration": round(total, 3), "floor_s": round(floor, 3),
-            "times_floor": round(total / floor, 2), "phases": phases}
+            "times_floor": round(total / floor, 2), "phases": phases,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}
+
+
+def child(cmd: list[str], timeout: float) -> dict | None:
+    """Run one measurement in its own process (its own peak RSS); its last line's JSON."""
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        print(f"  timed out: {' '.join(cmd)}")
+        return None
+    lines = [x for x in out.stdout.splitlines() if x.startswith("{")]
+    if out.returncode or not lines:
+        print(f"  failed ({out.returncode}): {' '.join(cmd)}\n{out.stderr[-2000:]}")
+        return None
+    return json.loads(lines[-1])
 
 
 def main(argv=None) -> dict:
-    """Measure the throughput, then each method; print a table and a JSON line."""
+    """Measure the throughput, then each method in its own process; a table and a JSON line."""
     p = argparse.ArgumentParser(prog="python tools/perf/real_model.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--task", default="reviews")
-    p.add_argument("--methods", default="cory,ppo")
+    p.add_argument("--methods", default="ppo,cory")
+    p.add_argument("--settings", default="fast,full", help=f"of {', '.join(SETTINGS)}")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--max-new-tokens", type=int, default=12)
     p.add_argument("--iters", type=int, default=3, help="timed iterations (after one warm-up)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--compile", action="store_true", help="torch.compile the training passes")
+    p.add_argument("--trl-python", default=str(TRL_PYTHON) if TRL_PYTHON.exists() else None,
+                   help="the TRL 0.11.4 venv's python (make perf-trl-venv); none: no anchor")
+    p.add_argument("--timeout", type=float, default=1800, help="seconds per child process")
+    p.add_argument("--child", nargs=2, metavar=("METHOD", "SETTING"), help=argparse.SUPPRESS)
+    p.add_argument("--tflops", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    if args.child:
+        print(json.dumps(measure(*args.child, args, json.loads(args.tflops))))
+        return {}
     tput = {"bf16": matmul_tflops(torch.bfloat16), "fp32": matmul_tflops(torch.float32)}
     print(f"matmul throughput on {args.threads} threads: bf16 {tput['bf16']:.2f} TFLOP/s, "
           f"fp32 {tput['fp32']:.2f} TFLOP/s")
-    out = {"threads": args.threads, "tflops": {k: round(v, 3) for k, v in tput.items()},
-           "batch_size": args.batch_size, "max_new_tokens": args.max_new_tokens, "runs": []}
-    for method in args.methods.split(","):
-        r = measure(method, args, tput)
-        out["runs"].append(r)
-        print(f"\n{method}: {r['s_per_iteration']:.2f} s/iteration, floor {r['floor_s']:.2f} s "
-              f"({r['times_floor']:.2f}x)")
-        for name, ph in r["phases"].items():
-            print(f"  {name:<30} {ph['s']:7.3f} s  {ph['gflop']:8.1f} GFLOP  floor "
-                  f"{ph['floor_s']:.3f} s")
+    folder = resolve_model(args.model)
+    out = {"model": args.model, "threads": args.threads, "batch_size": args.batch_size,
+           "max_new_tokens": args.max_new_tokens,
+           "tflops": {k: round(v, 3) for k, v in tput.items()}, "runs": [], "trl": []}
+    common = ["--model", args.model, "--task", args.task, "--batch-size", str(args.batch_size),
+              "--max-new-tokens", str(args.max_new_tokens), "--iters", str(args.iters),
+              "--threads", str(args.threads), "--tflops", json.dumps(tput)]
+    common += ["--compile"] if args.compile else []
+    for method in args.methods.split(","):  # ours, then the anchor's same method: same load
+        for setting in args.settings.split(","):
+            r = child([sys.executable, __file__, "--child", method, setting, *common],
+                      args.timeout)
+            if r is None:
+                continue
+            out["runs"].append(r)
+            print(f"\n{method}, {SETTINGS[setting]}: {r['s_per_iteration']:.2f} s/iteration, "
+                  f"floor {r['floor_s']:.2f} s ({r['times_floor']:.2f}x), peak RSS "
+                  f"{r['peak_rss_mb']} MB")
+            for name, ph in r["phases"].items():
+                print(f"  {name:<30} {ph['s']:7.3f} s  {ph['gflop']:8.1f} GFLOP  floor "
+                      f"{ph['floor_s']:.3f} s")
+        if args.trl_python:
+            t = child([args.trl_python, str(Path(__file__).with_name("trl_anchor.py")), folder,
+                       "--mode", method, "--iters", str(args.iters), "--batch",
+                       str(args.batch_size), "--resp", str(args.max_new_tokens), "--threads",
+                       str(args.threads)], args.timeout)
+            if t is not None:
+                out["trl"].append(t)
+                print(f"\nTRL 0.11.4 {'PPOTrainer' if method == 'ppo' else 'official CORY recipe'}"
+                      f" (full float32): {t['s_per_iter']:.2f} s/iteration, peak RSS "
+                      f"{t['peak_rss_mb']} MB")
     print(json.dumps(out))
     return out
 
