@@ -177,10 +177,17 @@ CONVENTIONS = (
     "*contradicted* only when a 95% interval over seeds (paired by seed) lies on one side of "
     "the claim's threshold, and *inconclusive* otherwise, with the reason "
     "(`benchmarks/claims.py` and `benchmarks/stats.py` state the rules; \"detectable\" is the "
-    "effect 3 seeds like these would find 80% of the time). In-training tables give the mean "
+    "effect {seeds} seed(s) like these would find 80% of the time). In-training tables give the "
+    "mean "
     "of the last {window} iterations of each seed, mean ± std over seeds; their "
     "*pioneer*/*observer* rows (*observer_k* in a chain of K agents) follow whichever model "
     "held that position.")
+
+
+def n_seeds(data: RunData) -> int:
+    """How many seeds the run's records hold (its settings' count when it has none yet)."""
+    seeds = {r["seed"] for r in data.rows} | {r["seed"] for r in data.evals}
+    return len(seeds) or len(data.config.get("seeds", [])) or 1
 
 
 def render(data: RunData, plots: dict[str, list[str]] | None = None,
@@ -189,7 +196,7 @@ def render(data: RunData, plots: dict[str, list[str]] | None = None,
     plots = plots or {}
     claims = all_claims(data)
     out = ["# CORY benchmark report", "", *(preamble or []),
-           CONVENTIONS.format(window=data.window), "",
+           CONVENTIONS.format(window=data.window, seeds=n_seeds(data)), "",
            "## The paper's claims, checked on this run", "", *[c.line() for c in claims], ""]
     if data.config:
         out += ["## Settings (shared by all methods)", "", *settings_lines(data.config), ""]

@@ -6,6 +6,7 @@ import csv
 import importlib.util
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -357,7 +358,7 @@ def test_n_agents_runs_chains_and_reports_every_position(tiny_lm, tmp_path):
     assert (out / "plots" / "positions_sentiment.png").exists()
     assert {r["model"] for r in rec.read_jsonl(out / "alone.jsonl") if r["method"] == "cory"} \
         == {"llm_0", "llm_1", "llm_2"}
-    assert report
+    assert Path(report) == out / "report.md" and Path(report).stat().st_size > 0
     from benchmarks.compare import lines
 
     two = tmp_path / "two"
