@@ -37,7 +37,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="comma-separated tasks (default: %(default)s)")
     parser.add_argument("--budget", default=None, choices=sorted(BUDGETS),
                         help=f"training preset (default: ${BUDGET_ENV} or full)")
-    parser.add_argument("--force", action="store_true", help="rebuild even if cached")
+    parser.add_argument("--force", action="store_true", default=False,
+                        help="rebuild even if cached")
     parser.add_argument("--gap-repeats", type=int, default=0, metavar="N",
                         help="then measure each model's observer gap N more times (noise check)")
     parser.add_argument("--measure", metavar="TASK", default=None,
@@ -52,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     paths = add_train_options(parser, skip=("task", "method", "seed"))
     parser.add_argument("--worker", nargs=3, metavar=("TASK", "BUDGET", "OUT"), default=None,
                         help=argparse.SUPPRESS)  # internal: build into OUT (see _launch)
-    parser.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--quiet", action="store_true", default=False, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         task, budget, out = args.worker
