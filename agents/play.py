@@ -25,8 +25,8 @@ from .cli import key_values
 from .policy import LLMPolicy
 from .rollout import rollout
 
-STUDY = ("python -m benchmarks.run --model smollm2-135m --tasks reviews "
-         "--methods ppo,cory --quick        # the comparison on this model (docs/fidelity.md)")
+STUDY = ("python -m benchmarks.run --model smollm2-135m --tasks reviews --methods ppo,cory "
+         "--quick   # PPO vs CORY on this model")
 
 
 def transcripts(model: str, task: str, episodes: int, max_new_tokens: int | None, seed: int,

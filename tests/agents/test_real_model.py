@@ -87,3 +87,17 @@ def test_measure_takes_any_model_task_and_training_setting(tiny_gguf, tmp_path, 
     assert "Cross-role transfer" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main(["--measure", "reviews"])  # no offline LM: --model is needed
+
+
+def test_play_shows_both_roles_and_scores_a_model_alone(tiny_gguf, capsys):
+    from agents.play import main
+
+    assert main(["--model", tiny_gguf, "--task", "reviews", "--episodes", "2",
+                 "--max-new-tokens", "4"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("pioneer:") == 2 and out.count("observer:") == 2 and "query:" in out
+    assert main(["--model", tiny_gguf, "--task", "reasoning", "--alone", "3", "--samples", "2",
+                 "--max-new-tokens", "4", "--task-options", "n_queries=64"]) == 0
+    assert "held-out reasoning queries x 2 samples: pass@1" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["--task", "reasoning", "--task-options", "dataset=nope"])
