@@ -177,3 +177,20 @@ def test_the_real_smollm2_model_resolves_loads_and_speaks():
     with torch.no_grad():
         out = lm.generate(**ids, max_new_tokens=3, do_sample=False)
     assert "Paris" in tok.decode(out[0, ids["input_ids"].shape[1]:])
+
+
+@pytest.mark.parametrize("task", ["reviews", "reasoning"])
+def test_the_new_tasks_pass_pettingzoos_api_test(task, tiny_gguf, cache):
+    import warnings
+
+    from pettingzoo.test import api_test
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        api_test(cory_env.env(task=task, tokenizer=tiny_gguf, max_new_tokens=4), num_cycles=20)
+    game = cory_env.env(task=task, tokenizer=tiny_gguf, max_new_tokens=4, render_mode="ansi")
+    game.reset(seed=0)
+    view = game.observe("llm_0")["observation"]
+    tok = load_tokenizer(tiny_gguf)
+    prompt = tok.decode(view["input_ids"][view["attention_mask"].astype(bool)])
+    assert prompt.strip() and "Question:" in prompt if task == "reasoning" else prompt.strip()
