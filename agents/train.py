@@ -461,9 +461,7 @@ class Trainer:
         """The task (a `takes_run_tokenizer` task adopts the model's tokenizer in the env)."""
         from cory_env import make_task
 
-        if isinstance(self.cfg.task, str):
-            return make_task(self.cfg.task, **self.cfg.task_options)
-        return make_task(self.cfg.task)
+        return make_task(self.cfg.task, **self.cfg.task_options)
 
     def _tokenizer(self):
         """The (first agent's) model folder's tokenizer when it has one, else the task's."""

@@ -81,5 +81,5 @@ PRESETS: dict[str, dict] = {
     "imdb": imdb("gpt2-large", ["ppo", "cory"]),
     "imdb-xl": imdb("gpt2-xl", ["ppo"]),  # the paper's size ablation for single PPO
     "gsm8k": gsm8k(),
-    "real-demo": real([0]),  # make demo's comparison: one seed, about 7 minutes on 2 cores
+    "real-demo": real([0]),  # make demo's comparison: one seed, about 10 minutes on 2 cores
 }

@@ -223,9 +223,9 @@ def saved_transfer_of(model: str | None, task: str) -> dict | None:
     """What `agents.refmodels --measure TASK --model MODEL` saved beside a model, if any."""
     import json
 
-    from agents.train import model_of
+    from cory_env.pretrained import resolve_model
 
-    folder = model_of(TrainConfig(model=model), "llm_0") if model else None
+    folder = resolve_model(model) if model else None
     file = Path(folder) / f"transfer-{task}.json" if folder and Path(folder).is_dir() else None
     return json.loads(file.read_text()) if file is not None and file.exists() else None
 

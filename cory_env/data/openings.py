@@ -59,7 +59,7 @@ YEARS = tuple(str(y) for y in range(1931, 2020, 4))
 
 
 def _titles() -> list[str]:
-    """Film titles: 'The River', 'The Last Storm', 'Night of the Dragon', ..."""
+    """Film titles: 'The River', 'The Last Storm', 'River Night', ..."""
     out = [f"The {n}" for n in NOUNS]
     out += [f"The {a} {n}" for a, n in itertools.product(ADJECTIVES, NOUNS)]
     out += [f"{a} {n}" for a, n in itertools.product(NOUNS, NOUNS) if a != n][:120]

@@ -61,11 +61,11 @@ class ReviewsTask(Task):
         """Each split's openings cut to 2-8 tokens, deduplicated; test drops train's."""
         if split not in ("train", "test"):
             raise ValueError(f"unknown split {split!r}; use train or test")
-        by_split = {s: self._cut(s) for s in ("train", "test")}
-        if split == "test":
-            seen = {q.text for q in by_split["train"]}
-            by_split["test"] = [q for q in by_split["test"] if q.text not in seen]
-        return by_split[split][: self.n_queries]
+        queries = self._cut(split)
+        if split == "test":  # every training opening's cut text, n_queries or not
+            seen = {q.text for q in self._cut("train")}
+            queries = [q for q in queries if q.text not in seen]
+        return queries[: self.n_queries]
 
     def _cut(self, split: str) -> list[Query]:
         from ..data.openings import review_openings
