@@ -272,10 +272,16 @@ class RunSpec:
         return f"{self.task}-base"
 
 
+PRIMARY = ("ppo", "cory")  # the pair most claims compare: run first, for every seed
+
+
 def run_specs(cfg: BenchConfig) -> list[RunSpec]:
-    """All runs, ordered so that every seed finishes all methods before the next seed."""
-    return [RunSpec(t, m, s, e) for t in cfg.tasks for e in cfg.etas(t) for s in cfg.seeds
-            for m in cfg.methods]
+    """All runs: per task and KL setting, PPO and CORY for every seed first, then the other
+    methods seed by seed (a study stopped early has the primary pair complete)."""
+    first = [m for m in cfg.methods if m in PRIMARY]
+    rest = [m for m in cfg.methods if m not in PRIMARY]
+    return [RunSpec(t, m, s, e) for t in cfg.tasks for e in cfg.etas(t)
+            for group in (first, rest) for s in cfg.seeds for m in group]
 
 
 def train_config(cfg: BenchConfig, spec: RunSpec) -> TrainConfig:

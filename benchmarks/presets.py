@@ -64,14 +64,20 @@ STUDY = dict(tasks=["sentiment"], seeds=[0, 1, 2], iterations=40, eval_every=4,
                                          "ppo-sampled-kl", "cory-sampled-kl", "cory-no-kt",
                                          "cory-no-re"])
 
-def real(seeds: list[int], iterations: int = 30) -> dict:
-    """SmolLM2-135M-Instruct on `reviews` at the budget where PPO was seen to learn in every
-    seed (batch 16 x 30 iterations, lr 5e-4, LoRA r 16, bf16; ../shared/notes/real-model.md)."""
-    return dict(model="smollm2-135m", tasks=["reviews"], methods=["ppo", "cory"], seeds=seeds,
+def real(seeds: list[int], methods: tuple[str, ...] = ("ppo", "cory"), iterations: int = 30,
+         eval_every: int = 5, alone_queries: int = 128) -> dict:
+    """SmolLM2-135M-Instruct on `reviews` at the budget where PPO learns in every seed
+    (batch 16 x 30 iterations, lr 5e-4, LoRA r 16, bf16; docs/fidelity.md, "The real model")."""
+    return dict(model="smollm2-135m", tasks=["reviews"], methods=list(methods), seeds=seeds,
                 iterations=iterations, batch_size=16, mini_batch_size=16, grad_accum_steps=1,
                 lr=5e-4, lora=True, mixed_precision="bf16", max_new_tokens=12, threads=2,
-                eval_every=5, alone_queries=128, checkpoint_every=5)
+                eval_every=eval_every, alone_queries=alone_queries, checkpoint_every=3)
 
+
+# The real-model study: PPO and CORY, the paper's two ablations and the two arms; 5 seeds,
+# 11 alone-evaluation points of 256 held-out queries. Runs with --resume across sittings.
+REAL = real([0, 1, 2, 3, 4], ("ppo", "cory", "cory-no-kt", "cory-no-re", "cory-official",
+                              "ppo-2x"), eval_every=3, alone_queries=256)
 
 # name -> settings over the offline defaults (the "offline" preset is the defaults).
 PRESETS: dict[str, dict] = {
@@ -81,5 +87,6 @@ PRESETS: dict[str, dict] = {
     "imdb": imdb("gpt2-large", ["ppo", "cory"]),
     "imdb-xl": imdb("gpt2-xl", ["ppo"]),  # the paper's size ablation for single PPO
     "gsm8k": gsm8k(),
+    "real": REAL,
     "real-demo": real([0]),  # make demo's comparison: one seed, about 10 minutes on 2 cores
 }
