@@ -24,10 +24,9 @@ from pathlib import Path
 import numpy as np
 
 from agents.runlog import read_jsonl
+from cory_env import is_exact_match
 
 from .stats import smooth
-
-KNOWN_REWARD_RANGE = {"arithmetic": 1.0, "gsm8k": 1.0}  # exact-match rewards lie in [0, 1]
 
 
 def select(rows: Iterable[dict], **match) -> list[dict]:
@@ -158,19 +157,24 @@ class RunData:
     """A run folder's records with the lookups the report needs."""
 
     def __init__(self, rows: list[dict], evals: list[dict] | None = None,
-                 config: dict | None = None, window: int | None = None):
+                 config: dict | None = None, window: int | None = None,
+                 mechanism: dict | None = None):
         self.rows, self.evals, self.config = rows, evals or [], config or {}
         self.window = window or int(self.config.get("final_window", 5))
+        self.mechanism = mechanism or {}  # task -> the model's measured mechanism
 
     @classmethod
     def load(cls, folder: str | os.PathLike) -> RunData:
-        """Read metrics.jsonl, alone.jsonl and run_config.json from a run folder."""
+        """Read metrics.jsonl, alone.jsonl, run_config.json and mechanism.json of a folder."""
         folder = Path(folder)
-        config = {}
-        if (folder / "run_config.json").exists():
-            config = json.loads((folder / "run_config.json").read_text())
+        read = lambda name: json.loads((folder / name).read_text()) \
+            if (folder / name).exists() else {}  # noqa: E731
         return cls(read_jsonl(folder / "metrics.jsonl"), read_jsonl(folder / "alone.jsonl"),
-                   config)
+                   read("run_config.json"), mechanism=read("mechanism.json"))
+
+    def exact_match(self, task: str) -> bool:
+        """Whether the task's reward is exact-match (registered so, or pass@k recorded)."""
+        return is_exact_match(task) or any("pass@1" in e for e in select(self.evals, task=task))
 
     def tasks(self) -> list[str]:
         """Tasks in run order."""
@@ -218,10 +222,10 @@ class RunData:
                                                          sweep_eta=eta)))
 
     def alone_reward_scale(self, task: str) -> float:
-        """The task's reward scale: known for exact-match tasks, else the span of the alone
-        rewards recorded on it (every method, seed and point)."""
-        if task in KNOWN_REWARD_RANGE:
-            return KNOWN_REWARD_RANGE[task]
+        """The task's reward scale: 1 for exact-match tasks (rewards in [0, 1]), else the span
+        of the alone rewards recorded on it (every method, seed and point)."""
+        if self.exact_match(task):
+            return 1.0
         values = [r["task_reward"] for r in select(self.evals, task=task)]
         return float(max(values) - min(values)) if values else 0.0
 

@@ -107,8 +107,8 @@ def arms_table(data: RunData, task: str, eta) -> list[str]:
         if m == "ppo":
             continue
         inp = gather(data, task, eta, ["ppo", m])
-        ratio, _ = matched_kl_ratio(inp.per_seed("ppo"), inp.per_seed(m))
-        gap, _ = matched_reward_gap(inp.per_seed(m), inp.per_seed("ppo"))
+        ratio, _ = matched_kl_ratio(inp.points("ppo"), inp.points(m))
+        gap, _ = matched_reward_gap(inp.points(m), inp.points("ppo"))
         lines.append(f"| {m} | {ratio_text(ratio)} | {gap} | {inp.gains[m]} |")
     return lines
 
@@ -173,15 +173,15 @@ CONVENTIONS = (
     "**How to read it.** The claims and the main plots use the models *answering alone*: every "
     "`eval_every` iterations each model of each method answers the same held-out queries alone "
     "(the single-agent prompt), with a sampler seed of its own; a multi-model method's "
-    "trajectory is the mean of its models (two, or K in a chain). Verdicts are *supported* or "
-    "*contradicted* only when a 95% interval over seeds (paired by seed) lies on one side of "
-    "the claim's threshold, and *inconclusive* otherwise, with the reason "
-    "(`benchmarks/claims.py` and `benchmarks/stats.py` state the rules; \"detectable\" is the "
-    "effect {seeds} seed(s) like these would find 80% of the time). In-training tables give the "
-    "mean "
-    "of the last {window} iterations of each seed, mean ± std over seeds; their "
-    "*pioneer*/*observer* rows (*observer_k* in a chain of K agents) follow whichever model "
-    "held that position.")
+    "trajectory is the mean of its models (two, or K in a chain). Each claim is one pre-stated "
+    "test over seeds (paired by seed); Holm's method adjusts the p-values within each task, and "
+    "a verdict is *supported* or *contradicted* on this model only when its adjusted p < 0.05, "
+    "*inconclusive* otherwise, with the reason (`benchmarks/claims.py` and "
+    "`benchmarks/stats.py` state the rules). \"detectable\" is the effect {seeds} seed(s) like "
+    "these would find 80% of the time; each verdict carries the model's measured mechanism. "
+    "Per-method frontier tables are exploratory. In-training tables give the mean of the last "
+    "{window} iterations of each seed, mean ± std over seeds; their *pioneer*/*observer* rows "
+    "(*observer_k* in a chain of K agents) follow whichever model held that position.")
 
 
 def n_seeds(data: RunData) -> int:
@@ -207,8 +207,9 @@ def render(data: RunData, plots: dict[str, list[str]] | None = None,
                     *alone_table(data, task, eta), ""]
             arms = arms_table(data, task, eta)
             if arms:
-                out += ["### Every method against PPO on the reward–KL frontier (alone; > 1×: "
-                        "less KL than PPO for the same reward)", "", *arms, ""]
+                out += ["### Every method against PPO on the reward–KL frontier (alone, "
+                        "exploratory: 95% intervals not corrected for multiple comparisons; "
+                        "> 1×: less KL than PPO for the same reward)", "", *arms, ""]
             out += [f"![{p.split('/')[-1][:-4]}](<{p}>)" for p in plots.get(f"{task}|{eta}", [])]
             out += ["", "### In training (final iterations)", "", *metrics_table(data, task, eta),
                     ""]

@@ -4,14 +4,16 @@ Everything is plain numpy on per-seed numbers. Conventions (the report prints th
 
 * **Intervals** (`agents.stats.mean_interval`) are 95% Student-t intervals of a mean over
   seeds (for a comparison: of the per-seed paired differences). The **detectable effect** is
-  the true mean a test at 5% would find 80% of the time with that spread and that many seeds:
-  (t_0.975 + t_0.8) · sd / √n.
+  the true mean a test would find 80% of the time with that spread and that many seeds.
 * **Smoothing**: a trajectory of evaluation points is smoothed by a centred 3-point moving
   average over points (each end averages itself and its one neighbour).
-* **Frontier**: a seed's best reward at a KL budget k is the running maximum of its smoothed
-  rewards over the points sorted by KL, linearly interpolated at k; the KL it needs for reward
-  r is where that running maximum first reaches r (interpolated). Both are undefined (NaN)
-  outside what the seed reached.
+* **Frontier**: a seed's best reward at a KL budget k is the running maximum of its raw
+  rewards over the points sorted by KL; between two observed points reward is interpolated
+  linearly in log-KL (in √KL on a segment that starts at KL 0). The KL it needs for
+  reward r is where that running maximum first reaches r, interpolated the same way. Both are
+  NaN outside the observed points: nothing is extrapolated, below or above.
+* **Matched levels** lie inside the range every seed of every compared method observed
+  (`common_range`); levels outside it are dropped, never seeds.
 * **Trend**: the change of a curve over a span of iterations is its least-squares slope over
   those points times the span.
 """
@@ -26,7 +28,7 @@ import numpy as np
 from agents.stats import Interval, mean_interval, t_quantile
 
 __all__ = ["Interval", "mean_interval", "t_quantile", "smooth", "envelope", "reward_at_kl",
-           "kl_at_reward", "change"]
+           "kl_at_reward", "common_range", "change"]
 
 
 def smooth(y: Sequence[float]) -> np.ndarray:
@@ -46,23 +48,59 @@ def envelope(kl: Sequence[float], reward: Sequence[float]) -> tuple[np.ndarray, 
     return k, np.maximum.accumulate(np.asarray(reward, dtype=np.float64)[order])
 
 
+def _between(x0: float, x1: float, f: float) -> float:
+    """The KL a fraction f of the way from x0 to x1: geometric between positive KLs, and
+    √KL linear from KL 0 (KL grows with the square of a small policy change)."""
+    if x0 > 0 and x1 > 0:
+        return math.exp(math.log(x0) + f * (math.log(x1) - math.log(x0)))
+    return (math.sqrt(max(x0, 0.0)) + f * (math.sqrt(max(x1, 0.0)) - math.sqrt(max(x0, 0.0)))) ** 2
+
+
+def _fraction(x0: float, x1: float, x: float) -> float:
+    """Where KL x lies between x0 and x1 as a fraction, on _between's scale."""
+    if x1 == x0:
+        return 0.0
+    if x0 > 0 and x1 > 0:
+        return (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0))
+    lo, hi = math.sqrt(max(x0, 0.0)), math.sqrt(max(x1, 0.0))
+    return (math.sqrt(max(x, 0.0)) - lo) / (hi - lo)
+
+
 def reward_at_kl(kl: Sequence[float], reward: Sequence[float], budget: float) -> float:
-    """The best reward reached within a KL budget (interpolated; NaN beyond the largest KL)."""
+    """The best reward reached within a KL budget (NaN outside the observed KL range)."""
     k, r = envelope(kl, reward)
-    if not len(k) or budget > k[-1] or budget < k[0]:
+    if not len(k) or not k[0] <= budget <= k[-1]:
         return math.nan
-    return float(np.interp(budget, k, r))
+    i = int(np.searchsorted(k, budget, side="left"))
+    if k[i] == budget:
+        return float(r[i])
+    f = _fraction(k[i - 1], k[i], budget)
+    return float(r[i - 1] + f * (r[i] - r[i - 1]))
 
 
 def kl_at_reward(kl: Sequence[float], reward: Sequence[float], target: float) -> float:
-    """The KL at which the best reward first reaches `target` (NaN if it never does)."""
+    """The KL at which the best reward first reaches `target` (NaN below the first observed
+    point's reward or above the best one)."""
     k, r = envelope(kl, reward)
-    if not len(k) or r[-1] < target:
+    if not len(k) or not r[0] <= target <= r[-1]:
         return math.nan
     i = int(np.argmax(r >= target))
     if i == 0 or r[i] == r[i - 1]:
         return float(k[i])
-    return float(k[i - 1] + (target - r[i - 1]) * (k[i] - k[i - 1]) / (r[i] - r[i - 1]))
+    return _between(float(k[i - 1]), float(k[i]), (target - r[i - 1]) / (r[i] - r[i - 1]))
+
+
+def common_range(curves: Sequence[tuple[Sequence[float], Sequence[float]]], axis: str
+                 ) -> tuple[float, float]:
+    """The (low, high) of KL (axis "kl") or of best reward (axis "reward") that every
+    (kl, reward) curve observed; low >= high when they share none."""
+    ends = []
+    for kl, reward in curves:
+        k, r = envelope(kl, reward)
+        ends.append((k[0], k[-1]) if axis == "kl" else (r[0], r[-1]))
+    if not ends:
+        return math.nan, math.nan
+    return max(e[0] for e in ends), min(e[1] for e in ends)
 
 
 def change(iterations: Sequence[float], y: Sequence[float]) -> float:

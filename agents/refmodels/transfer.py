@@ -15,7 +15,11 @@
   (r_obs(pioneer-only model) − r_obs(base)) / (r_obs(observer-only model) − r_obs(base)), each
   as observer of the base model's answers.
 
-Every figure is a mean over seeds with its 95% interval (`agents.stats`). Episodes are played
+Gains are means over seeds with 95% t intervals; a transfer is the ratio of the mean gains
+with Fieller's 95% interval, unbounded when the denominator's own interval contains 0
+(`agents.stats`). The verdict reads the interval, never the point: *present* when it lies at
+or above PRESENT, *absent* below WEAK, *weak* inside (0, PRESENT), *undefined* when PPO's gain
+is not clear of 0 (nothing to carry) and *inconclusive* otherwise. Episodes are played
 through the one decode loop (`agents.rollout`).
 """
 
@@ -34,7 +38,7 @@ from cory_env.files import atomic_write
 
 from ..rollout import answer_alone
 from ..sampling import SamplingConfig
-from ..stats import Interval, mean_interval
+from ..stats import Interval, Ratio, mean_interval, ratio_interval
 from ..train import TrainConfig, Trainer, model_of
 from .measure import as_policy, forced_tokens, play_episode
 
@@ -140,19 +144,29 @@ def cross_role_transfer(cfg: TrainConfig, seeds=SEEDS, n: int = QUERIES,
         progress(f"[cory transfer] seed {s}: alone base {row['alone_base']:.3f}, PPO "
                  f"{row['alone_ppo']:.3f}, observer-only {row['alone_observer_only']:.3f} -> "
                  f"cross-role transfer {row['ratio']:.2f}; reverse {row['reverse']:.2f}")
-    return {"per_seed": rows, "ratio": _iv([r["ratio"] for r in rows]),
-            "reverse": _iv([r["reverse"] for r in rows]),
-            "gain_alone_ppo": _iv([r["alone_ppo"] - r["alone_base"] for r in rows]),
-            "gain_alone_observer_only": _iv([r["alone_observer_only"] - r["alone_base"]
-                                             for r in rows]),
-            "gain_as_observer_pioneer_only": _iv([r["observer_pioneer_only"] - r["observer_base"]
-                                                  for r in rows]),
-            "gain_as_observer_observer_only": _iv([r["observer_observer_only"]
-                                                   - r["observer_base"] for r in rows])}
+    return {"per_seed": rows, **cross_role_summary(rows)}
+
+
+def _gains(rows: list[dict], now: str, base: str) -> list[float]:
+    """Per-seed gains rows[now] − rows[base]."""
+    return [r[now] - r[base] for r in rows]
+
+
+def cross_role_summary(rows: list[dict]) -> dict:
+    """The gains with their intervals and both transfers as ratios of mean gains (Fieller)."""
+    ppo = _gains(rows, "alone_ppo", "alone_base")
+    obs_alone = _gains(rows, "alone_observer_only", "alone_base")
+    pio_obs = _gains(rows, "observer_pioneer_only", "observer_base")
+    obs_obs = _gains(rows, "observer_observer_only", "observer_base")
+    return {"ratio": asdict(ratio_interval(obs_alone, ppo)),
+            "reverse": asdict(ratio_interval(pio_obs, obs_obs)),
+            "gain_alone_ppo": _iv(ppo), "gain_alone_observer_only": _iv(obs_alone),
+            "gain_as_observer_pioneer_only": _iv(pio_obs),
+            "gain_as_observer_observer_only": _iv(obs_obs)}
 
 
 def _ratio(num: float, den: float) -> float:
-    """num / den, NaN when the denominator is not positive (nothing was learnt to carry)."""
+    """num / den, NaN when the denominator is not positive (one seed's figure, shown only)."""
     return num / den if den > 0 else math.nan
 
 
@@ -162,18 +176,43 @@ def _frozen_copy(policy):
     return as_policy(ref) if ref is not None else policy
 
 
-def verdict(result: dict) -> str:
-    """"present", "weak", "absent", or "undefined" when PPO's model does not learn at this
-    budget (there is no skill to carry over)."""
+def summarize(result: dict) -> dict:
+    """The cross-role figures recomputed from the saved per-seed rows (a file written under
+    older rules gets today's), with the verdict and the ratio as text."""
     cr = result["cross_role"]
-    ppo = cr.get("gain_alone_ppo")
-    if ppo is not None and not (ppo["n"] >= 2 and ppo["low"] > 0):
+    rows = cr.get("per_seed", [])
+    keys = ("alone_base", "alone_ppo", "alone_observer_only", "observer_base",
+            "observer_pioneer_only", "observer_observer_only")
+    fresh = cross_role_summary(rows) if rows and all(k in r for r in rows for k in keys) else cr
+    out = {**cr, **fresh, "ratio": _as_ratio(fresh["ratio"]),
+           "reverse": _as_ratio(fresh.get("reverse", fresh["ratio"]))}
+    out["verdict"] = verdict(out)
+    out["ratio_text"] = str(Ratio(**out["ratio"]))
+    return out
+
+
+def _as_ratio(saved: dict) -> dict:
+    """A saved ratio as Ratio fields (older files saved an interval of per-seed ratios)."""
+    if "value" in saved:
+        return saved
+    low, high = saved.get("low", math.nan), saved.get("high", math.nan)
+    return asdict(Ratio(saved["mean"], low, high, saved.get("n", 0),
+                        math.isfinite(low) and math.isfinite(high)))
+
+
+def verdict(cross_role: dict) -> str:
+    """present / weak / absent / inconclusive from the transfer's interval, or undefined when
+    PPO's model does not learn measurably (there is no skill to carry over)."""
+    ppo, r = cross_role.get("gain_alone_ppo"), cross_role["ratio"]
+    if ppo is not None and not (ppo["n"] >= 2 and ppo["low"] > 0) or not r["bounded"]:
         return "undefined"
-    ratio, answer = cr["ratio"], result["knowledge_transfer"]["from_answer"]
-    if not (answer["n"] >= 2 and answer["low"] > 0) or not ratio["mean"] >= WEAK:
+    if r["low"] >= PRESENT:
+        return "present"
+    if r["high"] < WEAK:
         return "absent"
-    return "present" if ratio["mean"] >= PRESENT and min(
-        r["ratio"] for r in cr["per_seed"]) >= WEAK else "weak"
+    if r["low"] > 0 and r["high"] < PRESENT:
+        return "weak"
+    return "inconclusive"
 
 
 def measure_transfer(task: str, model: str | None = None, cfg: TrainConfig | None = None,
@@ -205,7 +244,7 @@ def measure_transfer(task: str, model: str | None = None, cfg: TrainConfig | Non
                   seeds, n)}
     del first
     result["cross_role"] = cross_role_transfer(cfg, seeds, n, progress)
-    result["verdict"] = verdict(result)
+    result["verdict"] = summarize(result)["verdict"]
     result["seconds"] = time.perf_counter() - t0
     if save:
         atomic_write(file, json.dumps(result, indent=2))
@@ -235,13 +274,14 @@ def _fmt(iv: dict) -> str:
 
 
 MEANING = {
-    "present": "the mechanism is present: what a model learns as observer largely carries "
-               "over to answering alone",
-    "weak": "the mechanism is weak: part of what a model learns as observer carries over; read "
-            "every verdict against it",
+    "present": "the mechanism is present: most of what a model learns as observer carries over "
+               "to answering alone",
+    "weak": "the mechanism is weak: part, but less than half, of what a model learns as "
+            "observer carries over; read every verdict against it",
     "absent": "the mechanism is absent: little of what a model learns as observer carries over "
-              "to answering alone (or the answer is worth nothing), so the paper's claims "
-              "cannot be tested on this model",
+              "to answering alone, so the paper's claims cannot be tested on this model",
+    "inconclusive": "the transfer's interval straddles a threshold: the seeds cannot tell how "
+                    "much carries over",
     "undefined": "PPO's model does not learn measurably at this budget, so there is no skill "
                  "to carry over and the paper's claims cannot be tested on this model at this "
                  "budget",
@@ -250,7 +290,7 @@ MEANING = {
 
 def format_transfer(r: dict) -> list[str]:
     """Report lines: both transfers with their intervals and what they mean."""
-    kt, cr = r["knowledge_transfer"], r["cross_role"]
+    kt, cr = r["knowledge_transfer"], summarize(r)
     b = r["budget"]
     return [
         f"- **Knowledge transfer** (untrained observer, {r['queries']} held-out queries, "
@@ -260,9 +300,10 @@ def format_transfer(r: dict) -> list[str]:
         f"- **Cross-role transfer** ({b['iterations']} iterations × {b['batch_size']} episodes, "
         f"lr {b['lr']:g}): answering alone, an observer-only-trained model gains "
         f"{_fmt(cr['gain_alone_observer_only'])} reward over the base and PPO's model "
-        f"{_fmt(cr['gain_alone_ppo'])}; the share that carries over is {_fmt(cr['ratio'])}.",
+        f"{_fmt(cr['gain_alone_ppo'])}; the share that carries over (ratio of the mean gains, "
+        f"Fieller) is {cr['ratio_text']}.",
         f"- **The reverse**: as observer of the base model, a pioneer-only-trained model gains "
         f"{_fmt(cr['gain_as_observer_pioneer_only'])} and the observer-only one "
-        f"{_fmt(cr['gain_as_observer_observer_only'])} (ratio {_fmt(cr['reverse'])}).",
-        f"- **Verdict: {r['verdict']}** — {MEANING[r['verdict']]}.",
+        f"{_fmt(cr['gain_as_observer_observer_only'])} (ratio {Ratio(**cr['reverse'])}).",
+        f"- **Verdict: {cr['verdict']}** — {MEANING[cr['verdict']]}.",
     ]

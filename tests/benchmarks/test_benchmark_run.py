@@ -85,7 +85,7 @@ def test_quick_run_writes_metrics_tensorboard_plots_and_report(tiny_lm, tmp_path
     assert "not an offline reference LM" in text
     claims = [ln for ln in text.splitlines() if ln.startswith("- **(")]
     expected = [c.line() for c in cl.all_claims(rec.RunData.load(out))]
-    assert sorted(claims) == sorted(expected) and len(claims) == 9  # 1a 1b 3 4 x2, 2
+    assert sorted(claims) == sorted(expected) and len(claims) == 11  # 1 1a 1b 3 4 x2, 2
     # one seed, two iterations: every claim is inconclusive and says why
     assert all("**inconclusive** (" in c for c in claims)
     assert all("too few seeds: 1 < 3" in c for c in claims if "not run" not in c)

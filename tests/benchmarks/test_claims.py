@@ -92,7 +92,7 @@ def test_a_less_efficient_cory_contradicts_the_kl_claims():
 def test_a_kl_ratio_near_the_threshold_is_inconclusive_with_its_reason():
     noisy = lambda s: (ppo_fast(s)[0], ppo_fast(s)[1] / (2.0 + (s - 1) * 0.8))  # noqa: E731
     c = claim(runs({"ppo": ppo_fast, "cory": noisy}), "(1a)")
-    assert c.status == cl.INCONCLUSIVE and "contains 2.0×" in c.reason
+    assert c.status == cl.INCONCLUSIVE and "contains 2×" in c.reason
 
 
 # ------------------------------------------------------------------------------- (2)
@@ -167,7 +167,9 @@ def test_the_report_leads_with_the_verdicts_and_draws_the_frontier(tmp_path):
     assert "**supported**" in text and "95% CI" in text and "detectable" in text
     assert "| cory | llm_1 |" in text and "| base | – |" in text
     arms = text[text.index("against PPO on the reward–KL frontier"):]
-    assert arms.splitlines()[4].startswith("| cory | 3")  # ~3x less KL than PPO
+    row = arms.splitlines()[4]
+    assert row.startswith("| cory |") and "exploratory" in arms.splitlines()[0]
+    assert float(row.split("|")[2].split("×")[0]) == pytest.approx(3, rel=0.05)  # 3x less KL
     for name in ("alone_sentiment.png", "frontier_sentiment.png", "curves_sentiment.png"):
         assert (tmp_path / "plots" / name).read_bytes()[:4] == b"\x89PNG", name
 
@@ -205,13 +207,110 @@ def test_eta_sweep_records_make_a_pareto_plot_per_task(tmp_path):
 # ------------------------------------------------------------------------------- statistics
 def test_intervals_frontiers_and_trends_match_hand_values():
     iv = st.mean_interval([1.0, 2.0, 3.0])  # mean 2, se 1/sqrt(3), t(2) = 4.303
-    assert iv.mean == 2 and iv.high - 2 == pytest.approx(4.303 / math.sqrt(3))
-    assert iv.detectable == pytest.approx((4.303 + 1.061) / math.sqrt(3))
+    assert iv.mean == 2 and iv.high - 2 == pytest.approx(4.3027 / math.sqrt(3), rel=1e-4)
+    assert iv.detectable == pytest.approx((4.3027 + 1.0607) / math.sqrt(3), rel=1e-4)
     assert not st.mean_interval([5.0]).above(0)  # one seed decides nothing
     assert st.smooth([0, 3, 6, 3]).tolist() == [1.5, 3, 4, 4.5]
     kl, r = [0, 1, 2, 4], [0, 1, 0.5, 3]
     assert st.reward_at_kl(kl, r, 1.5) == 1.0  # running max: the dip at KL 2 does not count
-    assert st.reward_at_kl(kl, r, 3) == 2.0 and math.isnan(st.reward_at_kl(kl, r, 5))
-    assert st.kl_at_reward(kl, r, 0.5) == 0.5 and st.kl_at_reward(kl, r, 2) == pytest.approx(3)
+    assert st.reward_at_kl(kl, r, 0.25) == 0.5 and st.kl_at_reward(kl, r, 0.5) == 0.25
+    # between observed KLs 2 and 4, reward is linear in log-KL (in sqrt(KL) from KL 0)
+    assert st.reward_at_kl(kl, r, 3) == pytest.approx(1 + 2 * math.log(1.5) / math.log(2))
+    assert math.isnan(st.reward_at_kl(kl, r, 5))
+    assert st.kl_at_reward(kl, r, 2) == pytest.approx(
+        math.sqrt(8))  # halfway between 2 and 4 in log-KL
     assert math.isnan(st.kl_at_reward(kl, r, 4))
     assert st.change([0, 1, 2], [1, 3, 5]) == pytest.approx(4)
+
+
+# ------------------------------------------------------------------------------- the audit
+def test_a_seed_whose_kl_starts_high_drops_levels_not_the_seed():
+    late = lambda s: (cory_slow_efficient(s)[0], cory_slow_efficient(s)[1] + (1.0 if s == 2  # noqa: E731
+                                                                               else 0.0))
+    c = claim(runs({"ppo": ppo_fast, "cory": late}), "(1b)")
+    assert c.intervals["value"].n == 3  # every seed has a value on the shared KL range
+    apart = runs({"ppo": lambda s: (ppo_fast(s)[0], 0.5 * X + 0.01 * s),
+                  "cory": lambda s: (cory_slow_efficient(s)[0], 5 + 4 * X)})
+    c = claim(apart, "(1b)")
+    assert c.status == cl.INCONCLUSIVE and c.reason.startswith("no common KL range")
+
+
+def test_one_frontier_sampled_fast_or_slow_gives_a_ratio_near_one():
+    def on_frontier(speed):  # the same frontier kl = 9 (r/2)^2, walked at different speeds
+        def make(s):
+            r = 2 * np.minimum(1.0, X * speed) ** 0.5 * (1 + 0.005 * s)
+            return r, 9 * (r / 2) ** 2
+        return make
+
+    c = claim(runs({"ppo": on_frontier(4.0), "cory": on_frontier(1.0)}), "(1a)")
+    ratio = math.exp(c.intervals["value"].mean)
+    assert 0.9 < ratio < 1.1 and c.status != cl.SUPPORTED
+    assert math.isnan(st.kl_at_reward([1, 2, 4], [0.5, 1, 2], 0.2))  # below the first point
+
+
+def test_a_negligible_cory_change_is_not_read_as_a_decline():
+    def ppo(s):  # rises to 0.5, then falls by 0.4 (δ = 0.1 of the reward scale 1)
+        return rise_then("decline", s)
+
+    def cory(s):  # rises to 0.5, then drifts down by 0.013: inside the ±δ band
+        r, kl = rise_then("flat", s)
+        return r - 0.013 * np.clip((X - X[2]) / (1 - X[2]), 0, 1) * (1 + 0.1 * s), kl
+
+    c = claim(runs({"ppo": ppo, "cory": cory}, task="arithmetic"), "(2)")
+    assert c.status == cl.SUPPORTED, c.line()
+    assert "(negligible)" in c.numbers and "PPO" in c.numbers and "(falls)" in c.numbers
+
+
+def test_holm_adjusts_within_the_task_and_can_turn_a_raw_verdict_inconclusive():
+    assert st.mean_interval([1.0]).p_above(0) == 1.0
+    from agents.stats import holm
+
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    # CORY's KL 2.4x PPO's with wide seed noise: raw p < 0.05, but not after Holm over 5 claims
+    noisy = lambda s: (ppo_fast(s)[0], ppo_fast(s)[1] * (1.2 + 0.55 * s))  # noqa: E731
+    c = claim(runs({"ppo": ppo_fast, "cory": noisy}, seeds=(0, 1, 2, 3)), "(1b)")
+    assert c.tested and c.p >= c.p_raw
+    group = [x for x in cl.all_claims(runs({"ppo": ppo_fast, "cory": noisy}, seeds=(0, 1, 2, 3)))
+             if x.tested]
+    borderline = [x for x in group if x.p_raw < 0.05 <= x.p]
+    for x in borderline:
+        assert x.status == cl.INCONCLUSIVE and "Holm-adjusted" in x.reason
+    assert all(x.p == pytest.approx(min(1, max(y.p_raw * (len(group) - i)
+                                               for i, y in enumerate(sorted(
+                                                   group, key=lambda g: g.p_raw))
+                                               if y.p_raw <= x.p_raw)))
+               for x in group)
+
+
+def test_verdicts_say_on_this_model_and_carry_the_mechanism():
+    data = runs({"ppo": ppo_fast, "cory": cory_slow_efficient})
+    rows = [{"alone_base": 0.0, "alone_ppo": p, "alone_observer_only": o, "observer_base": 0.0,
+             "observer_pioneer_only": 1.0, "observer_observer_only": 1.0}
+            for p, o in ((1.0, 0.1), (1.1, 0.05), (0.9, 0.08))]
+    data.mechanism = {"sentiment": {"cross_role": {"per_seed": rows}}}
+    c = claim(data, "(1a)")
+    assert c.status == cl.SUPPORTED
+    assert "**supported** on this model" in c.line() and "mechanism: absent" in c.line()
+    assert "Detectable at these seeds" in c.line()
+
+
+def test_did_not_learn_is_measured_from_the_base_models_own_point():
+    def dips(s):  # the base scores 1.0; training drops it to 0 and it recovers to 0.6 only
+        r = np.concatenate([[1.0], np.linspace(0.0, 0.6, len(X) - 1)]) + 0.01 * s
+        return r, 9 * X
+    c = claim(runs({"ppo": dips, "cory": cory_slow_efficient}), "(1a)")
+    assert c.status == cl.INCONCLUSIVE and "ppo did not learn" in c.reason
+
+
+def test_a_two_point_run_calls_every_claim_inconclusive_with_a_reason():
+    rows = []
+    for m in ("ppo", "cory", "cory-no-kt", "cory-no-re"):
+        rows += alone_rows(m, 0, [0.1, 0.5], [0.0, 1.0], task="arithmetic")
+    data = rec.RunData([{"task": "arithmetic", "method": m, "seed": 0, "sweep_eta": None,
+                         "iteration": 0, "agent": "llm_0", "role": "pioneer"}
+                        for m in ("ppo", "cory", "cory-no-kt", "cory-no-re")], rows, window=1)
+    claims = cl.all_claims(data)
+    assert len(claims) == 6
+    for c in claims:
+        assert c.status == cl.INCONCLUSIVE and "too few seeds: 1 < 3" in c.reason, c.line()
+        assert "too few evaluation points: 2 < 5" in c.reason

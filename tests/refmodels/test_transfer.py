@@ -61,27 +61,49 @@ def test_a_model_that_copies_the_answer_gets_all_its_gain_from_the_answer():
 def test_a_model_that_ignores_the_answer_gets_nothing_from_it():
     r = tr.knowledge_transfer(Scripted(copy=False), ToyTask(), max_new_tokens=4, n=5)
     assert r["from_answer"]["mean"] == 0 and r["from_instruction"]["mean"] == 0
-    result = {"knowledge_transfer": r, "cross_role": {"ratio": {"mean": 0.9},
-                                                      "per_seed": [{"ratio": 0.9}]}}
-    assert tr.verdict(result) == "absent"  # the answer is worth nothing
 
 
-def test_verdict_reads_the_cross_role_ratio_and_its_worst_seed():
-    answer = {"mean": 0.5, "low": 0.2, "high": 0.8, "n": 3, "detectable": 0.3}
+def rows(ppo_gains, observer_gains):
+    """Per-seed rows of a cross-role measurement from the alone gains (base 0)."""
+    return [{"alone_base": 0.0, "alone_ppo": p, "alone_observer_only": o, "observer_base": 0.0,
+             "observer_pioneer_only": 1.0, "observer_observer_only": 1.0}
+            for p, o in zip(ppo_gains, observer_gains)]
 
-    def result(ratios):
-        return {"knowledge_transfer": {"from_answer": answer},
-                "cross_role": {"ratio": {"mean": sum(ratios) / len(ratios)},
-                               "per_seed": [{"ratio": x} for x in ratios]}}
 
-    assert tr.verdict(result([0.6, 0.7, 0.5])) == "present"
-    assert tr.verdict(result([0.9, 0.9, 0.2])) == "weak"  # one seed below 0.3
-    assert tr.verdict(result([0.1, 0.2, 0.15])) == "absent"
-    flat = result([0.6, 0.7, 0.5])
-    flat["cross_role"]["gain_alone_ppo"] = {"mean": 0.01, "low": -0.02, "high": 0.04, "n": 3,
-                                            "detectable": 0.03}
-    assert tr.verdict(flat) == "undefined"  # PPO learnt nothing: no skill to carry over
+def summary(ppo_gains, observer_gains):
+    """The summarised measurement of those rows."""
+    return tr.summarize({"cross_role": {"per_seed": rows(ppo_gains, observer_gains)}})
+
+
+def test_the_verdict_reads_the_interval_of_the_ratio_of_mean_gains():
+    assert summary([1.0, 1.1, 0.9], [0.6, 0.72, 0.55])["verdict"] == "present"
+    assert summary([1.0, 1.1, 0.9], [0.05, 0.1, 0.08])["verdict"] == "absent"
+    assert summary([1.0, 1.1, 0.9], [0.41, 0.43, 0.37])["verdict"] == "weak"
+    # a point estimate of 0.087 whose interval reaches past 0.3 is not "absent"
+    wide = summary([1.0, 1.2, 0.8, 1.1, 0.9], [-0.25, 0.43, 0.1, 0.3, -0.15])
+    assert wide["ratio"]["high"] > tr.WEAK and wide["verdict"] == "inconclusive"
+    flat = summary([0.01, -0.02, 0.04], [0.6, 0.7, 0.5])
+    assert flat["verdict"] == "undefined"  # PPO learnt nothing: no skill to carry over
     assert "cannot be tested" in tr.MEANING["absent"]
+
+
+def test_a_small_positive_denominator_gives_an_unbounded_ratio_not_an_explosion():
+    # the per-seed ratios would be 0.9/0.05 = 18 and 0.2/1.5 etc.: a mean of ratios explodes
+    s = summary([0.05, 1.5, -0.4], [0.9, 0.2, 0.3])
+    assert not s["ratio"]["bounded"] and s["verdict"] == "undefined"
+    assert "unbounded" in s["ratio_text"]
+    # every seed counts, including one whose own denominator is <= 0
+    s = summary([1.0, 1.2, -0.1, 1.1], [0.5, 0.6, 0.3, 0.5])
+    assert s["ratio"]["n"] == 4 and s["ratio"]["value"] == pytest.approx(1.9 / 3.2)
+
+
+def test_fieller_matches_a_hand_computed_interval():
+    from agents.stats import ratio_interval, t_quantile
+
+    a, b = [1.0, 2.0, 3.0], [2.0, 2.0, 2.0]  # the denominator has no spread: a/2's interval
+    r = ratio_interval(a, b)
+    half = t_quantile(2) * 1 / math.sqrt(3) / 2
+    assert r.value == 1 and r.low == pytest.approx(1 - half) and r.high == pytest.approx(1 + half)
 
 
 def test_measure_transfer_trains_both_methods_and_saves_the_ratios(toy_lm, tmp_path):
