@@ -23,6 +23,7 @@ if __package__ in (None, ""):  # `python benchmarks/run.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agents import cli
+from agents.runlog import FolderBusy, LedgerError
 from benchmarks.config import BenchConfig, add_config_options, check_resume, resolve_config
 from benchmarks.runner import RunFolder, run_benchmark
 
@@ -37,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", help="run folder (default runs/<timestamp>)")
     parser.add_argument("--resume", action="store_true",
                         help="continue the killed run in --out (same settings)")
+    parser.add_argument("--allow-changed-code", action="store_true",
+                        help="--resume even though an --import file changed (logged)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
 
@@ -46,6 +49,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[BenchConfig, Path, bool]
     given = dict(vars(args))
     out, resume = given.pop("out", None), given.pop("resume", False)
     given.pop("no_progress", None)
+    given.pop("allow_changed_code", None)
     if resume and not out:
         raise ValueError("--resume needs --out, the folder of the run to continue")
     out = Path(out or Path("runs") / time.strftime("%Y-%m-%d_%H-%M-%S"))
@@ -65,7 +69,15 @@ def main(argv: list[str] | None = None) -> Path:
         cfg, out, resume = config_from_args(args)
     except ValueError as err:
         parser.error(str(err))
-    path = run_benchmark(cfg, out, resume=resume, progress=not getattr(args, "no_progress", False))
+    try:
+        path = run_benchmark(cfg, out, resume=resume,
+                             progress=not getattr(args, "no_progress", False),
+                             allow_changed_code=getattr(args, "allow_changed_code", False))
+    except (FolderBusy, LedgerError, ValueError) as err:
+        if isinstance(err, (FolderBusy, LedgerError)) or str(err).startswith(("--resume", "run "
+                                                                                 "folder")):
+            parser.exit(2, f"{parser.prog}: error: {err}\n")
+        raise
     print(f"report: {path}")
     print(f"plots:  {Path(path).parent / 'plots'}")
     return path

@@ -22,9 +22,16 @@ from pathlib import Path
 
 import torch
 
-from agents.runlog import append_jsonl, keep_jsonl, read_jsonl
+from agents.runlog import (
+    RunLock,
+    append_jsonl,
+    changed_code,
+    code_identity,
+    read_jsonl,
+    resume_ledger,
+)
 from agents.train import TrainConfig, Trainer
-from cory_env.files import atomic_write
+from cory_env.files import atomic_write, remove_dir, remove_orphans
 
 from . import report
 from .config import BenchConfig, RunSpec, check_resume, from_saved, run_specs, train_config
@@ -104,14 +111,27 @@ class RunFolder:
             raise ValueError(f"run folder {self.path} already holds a run; pass --resume to "
                              "continue it or choose another --out")
         self.path.mkdir(parents=True, exist_ok=True)
-        atomic_write(self.config, json.dumps({"format": FORMAT, **dataclasses.asdict(cfg)},
-                                             indent=2))
+        atomic_write(self.config, json.dumps({"format": FORMAT, **dataclasses.asdict(cfg),
+                                              "code": code_identity(cfg.imports)}, indent=2))
+
+    def check_code(self, cfg: BenchConfig, allow_changed: bool) -> None:
+        """Refuse a resume whose --import files changed since the run started (unless
+        allowed, then log it)."""
+        saved = json.loads(self.config.read_text()).get("code") or {}
+        changed = changed_code(saved, code_identity(cfg.imports))
+        if changed and not allow_changed:
+            raise ValueError("--resume: " + "; ".join(changed) + ". Resuming would mix two "
+                             "versions of the code in one run: restore the file, start a new "
+                             "run folder, or pass --allow-changed-code")
+        for message in changed:
+            self.log(f"resumed with changed code (--allow-changed-code): {message}")
 
     def saved_config(self) -> BenchConfig:
         """The settings the folder's run was started with."""
         if not self.config.exists():
             raise ValueError(f"--resume: {self.config} not found; nothing to resume")
         saved = json.loads(self.config.read_text())
+        saved.pop("code", None)
         if saved.pop("format", None) != FORMAT:
             raise ValueError(f"--resume: {self.config} was written by another version of the "
                              f"benchmark (format {FORMAT} expected); start a new run folder")
@@ -137,9 +157,9 @@ class RunFolder:
             os.fsync(f.fileno())
 
     def truncate(self, spec: RunSpec, iteration: int) -> int:
-        """Drop the run's records from `iteration` on and any torn line; make the CSV match."""
-        dropped = keep_jsonl(self.metrics, lambda r: not (
-            r.get("run") == spec.key and r.get("iteration", 0) >= iteration))
+        """Verify the run's records before `iteration` (LedgerError names the first bad line),
+        drop those from `iteration` on and a torn line; make the CSV match."""
+        dropped = resume_ledger(self.metrics, {"run": spec.key}, iteration)
         text = _csv_text(read_jsonl(self.metrics))
         if not self.csv.exists() or self.csv.read_text(encoding="utf-8") != text:
             atomic_write(self.csv, text)
@@ -152,8 +172,7 @@ class RunFolder:
 
     def truncate_evals(self, spec: RunSpec, iteration: int) -> int:
         """Drop the run's evaluations after `iteration` (written after its checkpoint)."""
-        return keep_jsonl(self.evals, lambda r: not (
-            r.get("run") == spec.key and r.get("iteration", 0) > iteration))
+        return resume_ledger(self.evals, {"run": spec.key}, iteration + 1, complete=False)
 
     def add_evals(self, records: list[dict]) -> None:
         """Append evaluation records."""
@@ -350,25 +369,44 @@ def _iteration_line(spec: RunSpec, records: list[dict]) -> str:
 
 
 def run_benchmark(cfg: BenchConfig, out: str | os.PathLike, resume: bool = False,
-                  progress: bool = True, stop_after: int | None = None) -> Path:
+                  progress: bool = True, stop_after: int | None = None,
+                  allow_changed_code: bool = False) -> Path:
     """Run (or resume) every run of cfg in folder `out`, then write plots and report.md.
 
-    `stop_after` (testing): stop every run after that many iterations, as a kill would.
+    The folder is locked for the whole call (a second writer gets FolderBusy). A fresh run
+    that fails before its first record leaves nothing behind. `stop_after` (testing): stop
+    every run after that many iterations, as a kill would.
     """
+    folder = RunFolder(out)
+    existed = folder.path.exists()
+    before = set(folder.path.iterdir()) if existed else set()
     threads = torch.get_num_threads()
+    lock = RunLock(folder.path).acquire()
     try:
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
-        return _run_all(cfg, RunFolder(out), resume, progress, stop_after)
+        return _run_all(cfg, folder, resume, progress, stop_after, allow_changed_code)
+    except BaseException:
+        if not resume and not folder.metrics.exists():  # a failed start: undo it
+            lock.release()
+            if not existed:
+                remove_dir(folder.path)
+            for p in set(folder.path.iterdir()) - before if existed else ():
+                remove_dir(p) if p.is_dir() else p.unlink(missing_ok=True)
+        raise
     finally:
+        lock.release()
         torch.set_num_threads(threads)
 
 
 def _run_all(cfg: BenchConfig, folder: RunFolder, resume: bool, progress: bool,
-             stop_after: int | None) -> Path:
-    """run_benchmark's body: runs not yet done, then the report."""
+             stop_after: int | None, allow_changed_code: bool = False) -> Path:
+    """run_benchmark's body (under the folder's lock): runs not yet done, then the report."""
     if resume:
         check_resume(cfg, folder.saved_config())
+        folder.check_code(cfg, allow_changed_code)
+        for orphan in remove_orphans(folder.path):
+            folder.log(f"removed {orphan.relative_to(folder.path)}, left by an interrupted save")
     else:
         folder.start(cfg)
     if not folder.mechanism.exists():

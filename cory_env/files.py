@@ -32,11 +32,34 @@ def atomic_write(path: str | os.PathLike, data: str | bytes | Callable[[BinaryIO
                 f.write(data.encode("utf-8") if isinstance(data, str) else data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes it 0600; match open()'s mode
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def current_umask() -> int:
+    """The process's umask (read by setting it and restoring it at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def remove_orphans(folder: str | os.PathLike) -> list[Path]:
+    """Remove the temporary files and folders an interrupted `atomic_write` or `atomic_dir`
+    left anywhere under `folder`; return what was removed. Call it only while no other
+    process writes there (a run folder's lock holder)."""
+    removed = []
+    for p in sorted(Path(folder).rglob(".*")):
+        if p.is_file() and p.name.endswith(".tmp"):
+            p.unlink(missing_ok=True)
+            removed.append(p)
+        elif p.is_dir() and (".tmp-" in p.name or ".old-" in p.name):
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p)
+    return removed
 
 
 @contextlib.contextmanager
