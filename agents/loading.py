@@ -153,3 +153,78 @@ def read_policy(policy, path: str) -> None:
 def cache_kwarg(model: nn.Module) -> str:
     """Name of the KV-cache argument: `cache` in transformers >= 5.2x, else `past_key_values`."""
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+# ------------------------------------------------------------------------------- checks
+def model_positions(folder) -> int | None:
+    """The positions a local model folder's config.json allows (None: unknown or not local)."""
+    config = _config(folder)
+    for key in ("n_positions", "max_position_embeddings", "n_ctx"):
+        if isinstance(config.get(key), int):
+            return config[key]
+    return None
+
+
+def _config(folder) -> dict:
+    """A local folder's config.json ({} when absent or unreadable)."""
+    path = os.path.join(os.path.expanduser(str(folder)), "config.json") \
+        if isinstance(folder, (str, os.PathLike)) else ""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def check_weights(folder, what: str) -> None:
+    """Raise ValueError naming the folder and file when a local folder's safetensors weights
+    cannot be read (reads the headers only)."""
+    if not isinstance(folder, (str, os.PathLike)) or not os.path.isdir(os.path.expanduser(
+            str(folder))):
+        return
+    from safetensors import safe_open
+
+    root = os.path.expanduser(str(folder))
+    for name in sorted(os.listdir(root)):
+        if name.endswith(".safetensors"):
+            try:
+                with safe_open(os.path.join(root, name), framework="pt") as f:
+                    f.keys()
+            except Exception as err:
+                raise ValueError(f"{what}={str(folder)!r}: {name} cannot be read ({err}); "
+                                 f"the folder's weights are damaged or incomplete") from None
+
+
+def check_adapter_base(adapter, base, what: str) -> None:
+    """Raise ValueError naming the adapter when its LoRA matrices do not fit the base model's
+    sizes (an adapter trained on another base); reads headers and config.json only."""
+    root = os.path.expanduser(str(adapter))
+    file = os.path.join(root, "adapter_model.safetensors")
+    config = _config(base)
+    if not os.path.isfile(file) or not config:
+        return
+    from safetensors import safe_open
+
+    sizes = {v for v in config.values() if isinstance(v, int) and not isinstance(v, bool)}
+    hidden = config.get("hidden_size", config.get("n_embd"))
+    if isinstance(hidden, int):
+        heads, kv = config.get("num_attention_heads", config.get("n_head")), \
+            config.get("num_key_value_heads")
+        sizes |= {3 * hidden, 4 * hidden}  # fused QKV and the default MLP width
+        if isinstance(heads, int) and isinstance(kv, int) and heads:
+            sizes.add(hidden // heads * kv)
+    try:
+        with safe_open(file, framework="pt") as f:
+            for key in f.keys():
+                shape = f.get_slice(key).get_shape()
+                dim = shape[-1] if "lora_A" in key else shape[0] if "lora_B" in key else None
+                if dim is not None and dim not in sizes:
+                    raise ValueError(f"{what}={str(adapter)!r} does not fit the base model "
+                                     f"{str(base)!r}: its {key} has size {dim}, which the "
+                                     f"base (hidden size {hidden}) has nowhere; was it trained "
+                                     f"on another base?")
+    except ValueError:
+        raise
+    except Exception as err:
+        raise ValueError(f"{what}={str(adapter)!r}: adapter_model.safetensors cannot be read "
+                         f"({err})") from None

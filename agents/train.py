@@ -15,6 +15,7 @@ import contextlib
 import copy
 import dataclasses
 import math
+import os
 import time
 import warnings
 from contextlib import contextmanager
@@ -31,6 +32,7 @@ from cory_env.pretrained import check_model, resolve_model
 from .cli import meta
 from .comm import Comm
 from .learner import LearnerConfig, learner_class
+from .loading import check_adapter_base, check_weights, model_positions
 from .policy import LLMPolicy, LoraSettings, SamplingConfig, check_mixed_precision
 from .ppo import PPOConfig
 from .rollout import rollout
@@ -102,11 +104,19 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.lora must be None or a LoraSettings, got {self.lora!r}")
         check_local_path("model", self.model)
         check_model(self.model)
+        check_weights(self.model, "model")
         for kind in ("models", "adapters"):
             for agent, path in getattr(self, kind).items():
+                if not isinstance(agent, str) or not isinstance(path, (str, os.PathLike)) \
+                        or not str(path).strip():
+                    raise ValueError(f"{kind}[{agent!r}] must be a model name or folder (a "
+                                     f"string), got {path!r}")
                 check_local_path(f"{kind}[{agent!r}]", path)
                 if kind == "models":
                     check_model(path, f"models[{agent!r}]")
+                check_weights(path, f"{kind}[{agent!r}]")
+                if kind == "adapters":
+                    check_adapter_base(path, self.model, f"adapters[{agent!r}]")
         for key, value in self.task_options.items():
             if not isinstance(key, str):
                 raise ValueError(f"task option names must be strings, got {key!r}")
@@ -135,10 +145,11 @@ class TrainConfig:
             from cory_env import make_task
 
             try:
-                make_task(self.task, **self.task_options)
+                task = make_task(self.task, **self.task_options)
             except (TypeError, ValueError) as err:
                 raise ValueError(f"task {self.task!r} options {self.task_options}: {err}") \
                     from None
+            self._check_lengths(task, k)
         for name in ("iterations", "batch_size", "t_rex"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -147,8 +158,10 @@ class TrainConfig:
                                                 or self.max_new_tokens < 1):
             raise ValueError(f"max_new_tokens must be None or a positive integer, "
                              f"got {self.max_new_tokens!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise ValueError(f"seed must be an integer, got {self.seed!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) \
+                or not 0 <= self.seed < 2 ** 32:
+            raise ValueError(f"seed must be an integer in [0, 2**32) (what numpy and torch "
+                             f"seed from), got {self.seed!r}")
         if self.eta is not None and not (isinstance(self.eta, (int, float)) and
                                          math.isfinite(self.eta) and self.eta >= 0):
             raise ValueError(f"eta must be None or a finite number >= 0, got {self.eta!r}")
@@ -177,6 +190,26 @@ class TrainConfig:
                 raise ValueError(f"placement key {agent!r} must be one of {names} or critic")
             check_device(f"placement[{agent!r}]", dev)
         return self
+
+    def _check_lengths(self, task, k: int) -> None:
+        """max_new_tokens against the task's context and each model's positions, for K agents
+        (a chain's last prompt holds K − 1 answers, then its own)."""
+        max_new = self.max_new_tokens or task.default_max_new_tokens
+        if task.default_context_len <= max_new:
+            raise ValueError(f"max_new_tokens={max_new} must be below the task "
+                             f"{task.name!r}'s context length {task.default_context_len}")
+        paths = {"model": self.model, **{f"models[{a!r}]": p for a, p in self.models.items()}}
+        for what, path in paths.items():
+            folder = os.path.expanduser(str(path)) if path is not None else None
+            positions = model_positions(folder) if folder and os.path.isdir(folder) else None
+            if positions is None:
+                continue
+            need = k * max_new + 1  # every answer of the chain, plus at least one query token
+            if need > positions:
+                raise ValueError(
+                    f"{what}={str(path)!r} has {positions} positions, but n_agents={k} × "
+                    f"max_new_tokens={max_new} = {k * max_new} answer tokens (+ the query) "
+                    f"cannot fit; lower max_new_tokens or n_agents")
 
     def agents_count(self) -> int:
         """K: n_agents, else the method's default; a ValueError naming a K it cannot train."""

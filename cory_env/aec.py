@@ -168,6 +168,9 @@ class QuerySource:
         """
         opts = parse_reset_options(options, self._warned)
         if seed is not None:
+            if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+                raise TypeError(f"reset(seed=...) must be a non-negative integer or None, got "
+                                f"{seed!r}")
             self._rng = np.random.default_rng(seed)
         if "order" in opts and ("rotation" in opts or opts.get("swap_roles")):
             raise ValueError("give the reset option order or rotation/swap_roles, not both")

@@ -273,9 +273,12 @@ def chain_context(renderers, query_len: int, max_new_tokens: int) -> int:
 
 
 def safe_reward(task: Task, queries: Sequence[Query], texts: Sequence[str]) -> np.ndarray:
-    """Call task.reward and fail loudly, naming the task and sample, on errors or non-finite."""
+    """Call task.reward and fail loudly, naming the task and sample, on errors, a return that
+    is not one finite number per response, or non-finite values."""
+    expected = (f"expected a sequence of {len(texts)} finite numbers (one per response), e.g. a "
+                f"list of floats or a 1-D numpy array")
     try:
-        out = np.asarray(task.reward(queries, texts), dtype=np.float64).reshape(-1)
+        raw = task.reward(queries, texts)
     except Exception as err:  # locate the failing sample before re-raising
         for i in range(len(texts)):
             try:
@@ -285,12 +288,27 @@ def safe_reward(task: Task, queries: Sequence[Query], texts: Sequence[str]) -> n
                     f"reward of task {task.name!r} raised on sample {i} "
                     f"(response {texts[i]!r}): {one!r}") from one
         raise RuntimeError(f"reward of task {task.name!r} raised: {err!r}") from err
-    if out.shape[0] != len(texts):
-        raise RuntimeError(f"reward of task {task.name!r} returned {out.shape[0]} values "
-                           f"for {len(texts)} responses")
+    got = f"{type(raw).__name__}" + (f" of length {len(raw)}" if hasattr(raw, "__len__") else "")
+    if raw is None or isinstance(raw, (str, bytes, dict)) or not hasattr(raw, "__len__"):
+        raise RuntimeError(f"reward of task {task.name!r} returned {got} ({raw!r:.60}); {expected}")
+    nones = [i for i, x in enumerate(raw) if x is None] if not isinstance(raw, np.ndarray) else []
+    if nones:
+        raise RuntimeError(f"reward of task {task.name!r} returned {got} with None at sample "
+                           f"{nones[0]} (response {texts[nones[0]]!r}); {expected}")
+    try:
+        out = np.asarray(raw, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise RuntimeError(f"reward of task {task.name!r} returned {got} that is not numbers "
+                           f"({err}); {expected}") from None
+    if out.ndim == 2 and out.shape[1] == 1:
+        out = out[:, 0]
+    if out.ndim != 1 or out.shape[0] != len(texts):
+        raise RuntimeError(f"reward of task {task.name!r} returned {got} (shape "
+                           f"{tuple(out.shape)}) for {len(texts)} responses; {expected}")
+    out = out.reshape(-1)
     bad = ~np.isfinite(out)
     if bad.any():
         i = int(np.argmax(bad))
         raise RuntimeError(f"reward of task {task.name!r} returned {out[i]} for sample {i} "
-                           f"(response {texts[i]!r})")
+                           f"(response {texts[i]!r}); {expected}")
     return out

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import inspect
 import re
+import types
+import typing
 import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -202,6 +204,7 @@ def make_task(task, **kwargs) -> Task:
         if unknown and not takes_any:
             raise ValueError(f"task {task!r} has no option(s) {unknown}; it takes "
                              f"{sorted(accepted) or 'none'}")
+        check_option_types(task, factory, kwargs)
         return factory(**kwargs)
     raise TypeError(f"task must be a name, Task or Task class, got {type(task).__name__}")
 
@@ -228,6 +231,44 @@ def task_options(name: str) -> dict[str, Any]:
     params = _parameters(_REGISTRY[name])
     return {p.name: (None if p.default is p.empty else p.default) for p in params
             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+
+
+_SIMPLE = (bool, int, float, str, tuple, list, dict)
+
+
+def check_option_types(name: str, factory, options: dict) -> None:
+    """Raise ValueError naming the option when a value does not match its annotated type
+    (plain types and unions of them; others are left to the task's own checks)."""
+    try:
+        hints = typing.get_type_hints(factory.__init__ if isinstance(factory, type) else factory)
+    except Exception:  # unresolvable annotations: nothing to check against
+        return
+    for key, value in options.items():
+        allowed = _allowed_types(hints.get(key))
+        if allowed is None or isinstance(value, tuple(allowed)) and not (
+                isinstance(value, bool) and bool not in allowed):
+            continue
+        if isinstance(value, int) and not isinstance(value, bool) and float in allowed:
+            continue
+        names = " or ".join("None" if t is type(None) else t.__name__ for t in allowed)
+        raise ValueError(f"task {name!r} option {key}={value!r} must be {names}, got "
+                         f"{type(value).__name__}")
+
+
+def _allowed_types(hint) -> list[type] | None:
+    """The plain types a hint allows (None when it is not made of plain types)."""
+    if hint is None:
+        return None
+    args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) \
+        else (hint,)
+    out = []
+    for a in args:
+        a = typing.get_origin(a) or a
+        if a is type(None) or a in _SIMPLE:
+            out.append(a)
+        else:
+            return None
+    return out
 
 
 def _parameters(factory) -> list[inspect.Parameter]:

@@ -1,0 +1,281 @@
+"""A run folder cannot be corrupted: one writer, a verified ledger, the code it ran, and bad
+settings refused before anything is written."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from agents.runlog import LedgerError, RunLock, resume_ledger
+from agents.train import TrainConfig
+from benchmarks import runner
+from benchmarks.run import main
+from cory_env.data.tokenizer import task_tokenizer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ARGS = ["--tasks", "sentiment", "--methods", "ppo", "--seeds", "0", "--iterations", "3",
+        "--batch-size", "4", "--mini-batch-size", "4", "--ppo-epochs", "1", "--max-new-tokens",
+        "4", "--eval-every", "3", "--alone-queries", "4", "--final-window", "1", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    """A tiny random GPT-2 with the sentiment vocabulary."""
+    path = tmp_path_factory.mktemp("lm") / "sentiment"
+    tok = task_tokenizer("sentiment")
+    torch.manual_seed(0)
+    GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=len(tok),
+                               n_positions=128, eos_token_id=tok.eos_token_id,
+                               bos_token_id=tok.eos_token_id)).save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def partial(model, tmp_path_factory):
+    """A run folder "killed" after 2 of 3 iterations (checkpoint at 2)."""
+    out = tmp_path_factory.mktemp("runs") / "partial"
+    from benchmarks.run import build_parser, config_from_args
+
+    cfg, _, _ = config_from_args(build_parser().parse_args(
+        ARGS + ["--model", model, "--out", str(out)]))
+    runner.run_benchmark(cfg, out, progress=False, stop_after=2)
+    return out
+
+
+def copy(folder, tmp_path):
+    """A private copy of a run folder."""
+    return shutil.copytree(folder, tmp_path / "run")
+
+
+def holder(folder):
+    """Another process that holds the folder's lock until killed."""
+    code = ("import sys, time; from agents.runlog import RunLock; "
+            "k = RunLock(sys.argv[1]).acquire(); print('locked', flush=True); time.sleep(120)")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(folder)], cwd=ROOT,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+# ------------------------------------------------------------------------------- one writer
+def test_a_second_writer_is_refused_and_told_who_holds_the_folder(partial, tmp_path, capsys):
+    run = copy(partial, tmp_path)
+    before = (run / "metrics.jsonl").read_bytes()
+    proc = holder(run)
+    try:
+        with pytest.raises(SystemExit) as exit_:  # --resume while the run is alive
+            main(["--resume", "--out", str(run), "--no-progress"])
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+        assert f"in use by process {proc.pid}" in err and str(run) in err
+        fresh = tmp_path / "fresh"
+        fresh.mkdir()
+        proc2 = holder(fresh)  # two fresh runs on one folder: the second is refused
+        try:
+            with pytest.raises(SystemExit):
+                main(ARGS + ["--model", "unused", "--out", str(fresh)])
+        finally:
+            proc2.kill()
+            proc2.wait()
+        assert not (fresh / "run_config.json").exists()
+    finally:
+        proc.send_signal(signal.SIGKILL)  # a killed holder never leaves a stale lock
+        proc.wait()
+    assert (run / "metrics.jsonl").read_bytes() == before
+    RunLock(run).acquire().release()
+
+
+def test_distributed_refuses_a_fresh_run_on_a_used_folder_and_resume_without_out(tmp_path):
+    from agents.distributed.__main__ import parse_args
+
+    (tmp_path / "metrics.jsonl").write_text('{"iteration": 0}\n')
+    with pytest.raises(SystemExit):
+        parse_args(["--task", "sentiment", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit):
+        parse_args(["--task", "sentiment", "--resume"])
+    assert (tmp_path / "metrics.jsonl").read_text() == '{"iteration": 0}\n'
+
+
+# ------------------------------------------------------------------------------- the ledger
+def ledger_file(tmp_path, lines):
+    """A metrics file of the given lines."""
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+def test_resume_keeps_every_line_before_the_checkpoint_and_drops_only_what_follows(tmp_path):
+    rec = lambda run, it, **kw: json.dumps({"run": run, "iteration": it, **kw})  # noqa: E731
+    lines = [rec("a", 0), rec("b", 0), rec("a", 1, note="checked by hand"), rec("a", 2),
+             rec("a", 3)]
+    path = ledger_file(tmp_path, lines)
+    with open(path, "a") as f:
+        f.write('{"run": "a", "iter')  # torn by a kill
+    assert resume_ledger(path, {"run": "a"}, 2) == 3
+    assert path.read_text() == "".join(line + "\n" for line in lines[:3])
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda ls: [ls[0] + "  # checked", *ls[1:]], "line 1: not a JSON record"),
+    (lambda ls: [ls[0], ls[2], ls[3]], r"lack iteration\(s\) 1 before the checkpoint"),
+    (lambda ls: [ls[0].replace('"iteration": 0', '"iteration": "0"'), *ls[1:]],
+     'line 1: "iteration" must be an integer'),
+    (lambda ls: [ls[1], ls[0], *ls[2:]], "out of order"),
+])
+def test_resume_refuses_records_it_cannot_trust_and_changes_nothing(tmp_path, edit, message):
+    lines = [json.dumps({"run": "a", "iteration": i}) for i in range(4)]
+    path = ledger_file(tmp_path, edit(lines))
+    before = path.read_bytes()
+    with pytest.raises(LedgerError, match=message) as err:
+        resume_ledger(path, {"run": "a"}, 3)
+    assert str(path) in str(err.value) and path.read_bytes() == before
+
+
+def test_a_benchmark_resume_with_a_hand_edited_record_is_refused(partial, tmp_path, capsys):
+    run = copy(partial, tmp_path)
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    (run / "metrics.jsonl").write_text("\n".join([lines[0] + " <- odd", *lines[1:]]) + "\n")
+    before = (run / "metrics.jsonl").read_bytes()
+    with pytest.raises(SystemExit):
+        main(["--resume", "--out", str(run), "--no-progress"])
+    assert "metrics.jsonl, line 1" in capsys.readouterr().err
+    assert (run / "metrics.jsonl").read_bytes() == before
+
+
+# ------------------------------------------------------------------------------- files, code
+def test_resume_removes_orphans_and_every_file_honours_the_umask(partial, tmp_path):
+    run = copy(partial, tmp_path)
+    orphan = run / "ckpt" / ".reviews.pt.ab12cd.tmp"
+    orphan.write_bytes(b"half a checkpoint")
+    old = os.umask(0o027)
+    try:
+        main(["--resume", "--out", str(run), "--no-progress"])
+    finally:
+        os.umask(old)
+    assert not orphan.exists() and "interrupted save" in (run / "log.txt").read_text()
+    fresh = tmp_path / "fresh"
+    old = os.umask(0o022)
+    try:
+        main(ARGS + ["--model", json.loads((run / "run_config.json").read_text())["train"]
+                     ["model"], "--out", str(fresh)])
+    finally:
+        os.umask(old)
+    modes = {p.relative_to(fresh).as_posix(): stat.S_IMODE(p.stat().st_mode)
+             for p in fresh.rglob("*") if p.is_file() and "tb" not in p.parts}
+    for name in ("run_config.json", "metrics.csv", "metrics.jsonl", "log.txt", "report.md",
+                 "mechanism.json", "alone.jsonl"):
+        assert modes[name] == 0o644, (name, oct(modes[name]))
+    assert set(modes.values()) == {0o644}, modes
+
+
+def test_an_edited_plugin_refuses_resume_unless_allowed(model, tmp_path, capsys):
+    plugin = tmp_path / "my_plugin.py"
+    plugin.write_text("VALUE = 1\n")
+    run = tmp_path / "run"
+    from benchmarks.run import build_parser, config_from_args
+
+    cfg, _, _ = config_from_args(build_parser().parse_args(
+        ARGS + ["--model", model, "--import", str(plugin), "--out", str(run)]))
+    runner.run_benchmark(cfg, run, progress=False, stop_after=1)
+    saved = json.loads((run / "run_config.json").read_text())["code"]
+    assert saved["imports"][str(plugin)]["sha256"]
+    plugin.write_text("VALUE = 2\n")
+    with pytest.raises(SystemExit):
+        main(["--resume", "--out", str(run), "--no-progress"])
+    err = capsys.readouterr().err
+    assert "my_plugin.py" in err and "changed since the run started" in err
+    assert not (run / "done").exists()
+    main(["--resume", "--out", str(run), "--no-progress", "--allow-changed-code"])
+    assert "resumed with changed code" in (run / "log.txt").read_text()
+
+
+def test_a_failed_start_leaves_no_folder_and_the_same_command_then_works(model, tmp_path,
+                                                                          monkeypatch):
+    out = tmp_path / "run"
+
+    def broken(cfg):
+        raise RuntimeError("the model could not load")
+
+    monkeypatch.setattr(runner, "Trainer", broken)
+    with pytest.raises(RuntimeError, match="could not load"):
+        main(ARGS + ["--model", model, "--out", str(out)])
+    assert not out.exists()
+    monkeypatch.undo()
+    main(ARGS + ["--model", model, "--out", str(out)])
+    assert (out / "report.md").exists()
+
+
+# ------------------------------------------------------------------------------- settings
+def folder_with(tmp_path, name, config=None, files=None):
+    """A model folder holding a config.json and the given files."""
+    path = tmp_path / name
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps(config or {"model_type": "gpt2", "n_embd": 16,
+                                                            "n_head": 2, "n_positions": 64}))
+    for fname, data in (files or {}).items():
+        (path / fname).write_bytes(data)
+    return str(path)
+
+
+def test_bad_settings_are_refused_by_name_before_anything_loads(tmp_path):
+    from safetensors.torch import save_file
+
+    def refused(match, **kw):
+        with pytest.raises(ValueError, match=match):
+            TrainConfig(**kw).validate()
+
+    refused(r"seed must be an integer in \[0, 2\*\*32\).*-1", seed=-1)
+    refused(r"models\['llm_1'\] must be a model name or folder.*5", method="cory",
+            models={"llm_1": 5})
+    refused(r"adapters\['llm_0'\] must be .*3.5", method="cory", shared_base=True,
+            adapters={"llm_0": 3.5})
+    refused(r"max_new_tokens=100000 must be below", max_new_tokens=100000)
+    refused(r"option n_queries='many' must be int", task="reviews",
+            task_options={"n_queries": "many"})
+    small = folder_with(tmp_path, "small")
+    refused(r"64 positions.*n_agents=30", model=small, method="cory", n_agents=30,
+            max_new_tokens=8)
+    broken = folder_with(tmp_path, "broken", files={"model.safetensors": b"\xff" * 64})
+    refused(r"broken.*model.safetensors cannot be read", model=broken)
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    save_file({"base_model.model.h.0.attn.c_attn.lora_A.weight": torch.zeros(4, 999)},
+              str(adapter / "adapter_model.safetensors"))
+    refused(r"adapter.*does not fit the base model.*999", model=small, method="cory",
+            shared_base=True, adapters={"llm_0": str(adapter), "llm_1": str(adapter)})
+
+
+def test_env_seed_and_plugin_reward_errors_say_what_to_fix():
+    import cory_env
+    from cory_env.core import safe_reward
+
+    env = cory_env.env(task="sentiment")
+    with pytest.raises(TypeError, match=r"reset\(seed=...\) must be a non-negative integer.*'a'"):
+        env.reset(seed="a")
+
+    class Bad:
+        name = "mine"
+
+        def __init__(self, out):
+            self.out = out
+
+        def reward(self, queries, texts):
+            return self.out
+
+    texts = ["a", "b", "c", "d"]
+    for out, got in ((None, "NoneType"), ([None] * 4, "list of length 4 with None"),
+                     ([1.0], "list of length 1"), (np.zeros((2, 2)), "ndarray of length 2")):
+        with pytest.raises(RuntimeError) as err:
+            safe_reward(Bad(out), [None] * 4, texts)
+        text = str(err.value)
+        assert "'mine'" in text and got in text and "expected a sequence of 4 finite" in text
