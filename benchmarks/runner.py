@@ -405,10 +405,10 @@ def _run_all(cfg: BenchConfig, folder: RunFolder, resume: bool, progress: bool,
     if resume:
         check_resume(cfg, folder.saved_config())
         folder.check_code(cfg, allow_changed_code)
-        for orphan in remove_orphans(folder.path):
-            folder.log(f"removed {orphan.relative_to(folder.path)}, left by an interrupted save")
     else:
         folder.start(cfg)
+    for orphan in remove_orphans(folder.path):
+        folder.log(f"removed {orphan.relative_to(folder.path)}, left by an interrupted save")
     if not folder.mechanism.exists():
         atomic_write(folder.mechanism, json.dumps(mechanism(cfg, folder), indent=2))
     specs = run_specs(cfg)

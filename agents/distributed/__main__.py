@@ -16,6 +16,8 @@ import argparse
 import os
 import sys
 
+from cory_env.files import remove_orphans
+
 from ..cli import catalogue
 from ..runlog import FolderBusy, LedgerError, RunLock, append_jsonl, resume_ledger
 from ..train import TrainConfig, add_train_options, train_config_from
@@ -89,6 +91,8 @@ def main(argv=None) -> int:
     except FolderBusy as err:
         print(f"python -m agents.distributed: error: {err}", file=sys.stderr)
         return 2
+    if lock is not None:
+        remove_orphans(args.out)  # temporary files of a save that was killed
     trainer = DistributedTrainer(cfg, accelerator, sharding="fsdp" if args.fsdp else None)
     ckpt = os.path.join(args.out, "checkpoint.pt") if args.out else None
     if args.resume and ckpt:
