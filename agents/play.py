@@ -21,9 +21,9 @@ from cory_env import BatchedCoryEnv, make_task, registered_tasks
 from cory_env.plugins import load_plugins
 from cory_env.pretrained import PRETRAINED, check_model, model_source, resolve_model
 
-from .cli import key_values
-from .policy import LLMPolicy
-from .rollout import rollout
+from .llm.policy import LLMPolicy
+from .llm.rollout import rollout
+from .training.cli import key_values
 
 STUDY = ("python -m benchmarks.run --model smollm2-135m --tasks reviews --methods ppo,cory "
          "--quick   # PPO vs CORY on this model")
@@ -51,8 +51,8 @@ def alone_score(model: str, task: str, n: int, samples: int, max_new_tokens: int
                 seed: int, mixed_precision: str | None = "bf16", **task_options) -> dict:
     """The untrained model answering the first n held-out queries alone, `samples` times each:
     its mean task reward and, with a temperature-1 sampler, pass@1 for exact-match tasks."""
-    from .rollout import answer_alone
-    from .sampling import SamplingConfig
+    from .llm.rollout import answer_alone
+    from .llm.sampling import SamplingConfig
 
     folder = resolve_model(model)
     policy = LLMPolicy.from_pretrained(folder, mixed_precision=mixed_precision)

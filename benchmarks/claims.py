@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from agents.stats import ALPHA, detectable_effect, holm
+from agents.training.stats import ALPHA, detectable_effect, holm
 
 from .records import RunData, Trajectory
 from .stats import Interval, change, common_range, kl_at_reward, mean_interval, reward_at_kl

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from agents.stats import mean_interval
+from agents.training.stats import mean_interval
 
 from .records import RunData, curves, final_value, select
 

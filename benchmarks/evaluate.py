@@ -3,7 +3,7 @@
     records = evaluate_alone(trainer, cfg, spec, roles)   # one record per model
 
 Each model of a method answers the test split alone (the single-agent prompt, as PPO's model
-does), through the training rollout (`agents.rollout.rollout`), so its summed full KL to the
+does), through the training rollout (`agents.llm.rollout.rollout`), so its summed full KL to the
 frozen reference is the one training reports. The queries and the sampler seed are the same at
 every evaluation point and for every method of a seed (paired comparisons); sampling uses its
 own generator and leaves the training randomness untouched. Exact-match tasks answer each of
@@ -19,8 +19,8 @@ import math
 import numpy as np
 import torch
 
-from agents.rollout import answer_alone
-from agents.train import Trainer
+from agents.llm.rollout import answer_alone
+from agents.training.train import Trainer
 from cory_env import BatchedCoryEnv
 
 from .config import BenchConfig, RunSpec

@@ -7,7 +7,7 @@ offline defaults, then `--quick`, then explicit options.
 
 from __future__ import annotations
 
-from agents.ppo import PPOConfig
+from agents.learners.ppo import PPOConfig
 
 # The paper's IMDB table (Table 1). kl_penalty="full" follows the official code. Copy with
 # dataclasses.replace, do not mutate it.

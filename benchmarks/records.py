@@ -23,10 +23,15 @@ from pathlib import Path
 
 import numpy as np
 
-from agents.runlog import read_jsonl
+from agents.training.runlog import read_jsonl
 from cory_env import is_exact_match
 
 from .stats import smooth
+
+
+def rotation_of(record: dict) -> int:
+    """A record's role rotation (records written before it existed carry K = 2's swap_roles)."""
+    return int(record.get("rotation", int(bool(record.get("swap_roles")))))
 
 
 def select(rows: Iterable[dict], **match) -> list[dict]:

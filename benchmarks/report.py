@@ -20,7 +20,7 @@ from cory_env.files import atomic_write
 
 from .claims import all_claims
 from .config import SETTINGS
-from .records import RunData, curves, final_value, mean_std, ordered, select
+from .records import RunData, curves, final_value, mean_std, ordered, rotation_of, select
 
 TABLE_FIELDS = ("task_reward", "kl", "combined_reward", "distinct_1", "distinct_2")
 
@@ -245,7 +245,7 @@ def exchanges(data: RunData, task: str, method: str, eta) -> list[int]:
     """Iterations at which the method's models exchanged roles (the rotation changed)."""
     flags = {}
     for r in select(data.rows, task=task, method=method, sweep_eta=eta):
-        flags[r["iteration"]] = r.get("rotation", int(bool(r.get("swap_roles"))))
+        flags[r["iteration"]] = rotation_of(r)
     its = sorted(flags)
     return [i for prev, i in zip(its, its[1:]) if flags[i] != flags[prev]]
 

@@ -22,8 +22,8 @@ from pathlib import Path
 if __package__ in (None, ""):  # `python benchmarks/run.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agents import cli
-from agents.runlog import FolderBusy, LedgerError
+from agents.training import cli
+from agents.training.runlog import FolderBusy, LedgerError
 from benchmarks.config import BenchConfig, add_config_options, check_resume, resolve_config
 from benchmarks.runner import RunFolder, run_benchmark
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from agents.runlog import (
+from agents.training.runlog import (
     RunLock,
     append_jsonl,
     changed_code,
@@ -30,7 +30,7 @@ from agents.runlog import (
     read_jsonl,
     resume_ledger,
 )
-from agents.train import TrainConfig, Trainer
+from agents.training.train import TrainConfig, Trainer
 from cory_env.files import atomic_write, remove_dir, remove_orphans
 
 from . import report
@@ -40,7 +40,7 @@ from .records import copy_rate, select
 
 FORMAT = 2
 ID_COLUMNS = ("task", "method", "seed", "sweep_eta", "run", "iteration", "agent", "role",
-              "position", "swap_roles", "rotation")
+              "position", "rotation")
 CSV_COLUMNS = ID_COLUMNS + (
     "task_reward", "task_reward_std", "kl", "combined_reward", "eta", "beta",
     "collective_reward", "copy_rate", "distinct_1", "distinct_2", "repetition_rate",
@@ -54,8 +54,7 @@ TIME_FIELDS = ("time_rollout_s", "time_update_s")
 def flatten(metrics: dict, spec: RunSpec) -> list[dict]:
     """A Trainer step's metrics as one flat record per agent."""
     out = []
-    common = {"iteration": metrics["iteration"], "swap_roles": metrics["swap_roles"],
-              "rotation": metrics.get("rotation", int(metrics["swap_roles"])),
+    common = {"iteration": metrics["iteration"], "rotation": metrics["rotation"],
               **{k: metrics[k] for k in TIME_FIELDS if k in metrics}}
     for agent in sorted(k for k in metrics if k.startswith("llm_")):
         values = {k: v for k, v in metrics[agent].items()

@@ -2,7 +2,7 @@
 
 Everything is plain numpy on per-seed numbers. Conventions (the report prints them too):
 
-* **Intervals** (`agents.stats.mean_interval`) are 95% Student-t intervals of a mean over
+* **Intervals** (`agents.training.stats.mean_interval`) are 95% Student-t intervals of a mean over
   seeds (for a comparison: of the per-seed paired differences). The **detectable effect** is
   the true mean a test would find 80% of the time with that spread and that many seeds.
 * **Smoothing**: a trajectory of evaluation points is smoothed by a centred 3-point moving
@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from agents.stats import Interval, mean_interval, t_quantile
+from agents.training.stats import Interval, mean_interval, t_quantile
 
 __all__ = ["Interval", "mean_interval", "t_quantile", "smooth", "envelope", "reward_at_kl",
            "kl_at_reward", "common_range", "change"]

@@ -138,6 +138,12 @@ _KINDS = {"int": (numbers.Integral,), "float": (numbers.Real,), "bool": (bool, n
           "str": (str,)}
 
 
+def meta(text: str, **kw) -> dict:
+    """Field metadata of one config option: its help text, plus `flag` or `cli` keys if given
+    (read by `agents.training.cli` to make command-line options)."""
+    return {"help": text, **kw}
+
+
 def check_fields(cfg) -> None:
     """Check a config dataclass's scalar fields against their annotations, naming the field.
 

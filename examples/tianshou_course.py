@@ -18,7 +18,7 @@ os.environ.setdefault("NUMBA_DISABLE_JIT", "1")
 
 import torch  # noqa: E402
 
-from agents.tianshou_adapter import train_course  # noqa: E402
+from agents.interop.tianshou import train_course  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -19,8 +19,8 @@ from dataclasses import fields
 import torch
 from torch import nn
 
-from ..comm import Comm
-from ..policy import Evaluation
+from ..learners.comm import Comm
+from ..llm.policy import Evaluation
 
 
 class _Call(nn.Module):

@@ -22,8 +22,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..checkpoint import atomic_save, load_trainer_state, read_checkpoint, trainer_state
-from ..train import TrainConfig, Trainer
+from ..training.checkpoint import atomic_save, load_trainer_state, read_checkpoint, trainer_state
+from ..training.train import TrainConfig, Trainer
 from .comm import DDPComm, FSDPComm, SyncedPolicy
 
 SUPPORTED = ("NO", "MULTI_CPU", "MULTI_GPU", "MULTI_XPU", "MULTI_NPU", "MULTI_MLU", "MULTI_MUSA",
@@ -85,13 +85,12 @@ def check_single_process_options(cfg: TrainConfig) -> None:
 
 
 def sharded_roots(learner) -> list[nn.Module]:
-    """The FSDP root module of every agent (and of the critic), and the shared reference."""
+    """The FSDP root module of every agent and of the learner's own models (MAPPO's critic),
+    and the shared reference."""
     roots = [a.policy.wrapped for a in learner.agents.values()]
     roots += list({id(p.ref_model): p.ref_model for p in learner.policies.values()
                    if getattr(p, "ref_model", None) is not None}.values())
-    critic = getattr(learner, "critic", None)
-    if isinstance(critic, SyncedPolicy):
-        roots.append(critic.wrapped)
+    roots += [m.wrapped for m in learner.extra_models().values() if isinstance(m, SyncedPolicy)]
     return roots
 
 
@@ -225,8 +224,8 @@ class DistributedTrainer(Trainer):
 
             for agent in self.learner.agents.values():
                 shard_optimizer_state(agent.optimizer)
-            if getattr(self.learner, "critic_optimizer", None) is not None:
-                shard_optimizer_state(self.learner.critic_optimizer)
+            for optimizer in self.learner.extra_optimizers():
+                shard_optimizer_state(optimizer)
         ranks = state.get("ranks", [])
         if self.rank < len(ranks):
             own = ranks[self.rank]

@@ -6,7 +6,7 @@
         --mixed-precision bf16 --batch-size 16 --iterations 30 --lr 5e-4 --seeds 0,1,2,3,4
 
 `--measure` takes any task and model (`--import` for plug-in tasks) and every training
-setting of `agents.train.TrainConfig` as an option: the budget at which PPO and cory-no-re
+setting of `agents.training.train.TrainConfig` as an option: the budget at which PPO and cory-no-re
 are trained for the cross-role transfer (docs/offline-models.md, "Measuring a model").
 """
 
@@ -21,10 +21,11 @@ from pathlib import Path
 
 from cory_env.data.tokenizer import TASKS
 
-from ..train import add_train_options, train_config_from
+from ..training.train import add_train_options, train_config_from
+from .budgets import BUDGETS
 from .data import check_task
 from .measure import format_report, repeated_gap
-from .pretrain import BUDGET_ENV, BUDGETS, build, model_dir, rebuild, reference_lm, resolve_budget
+from .pretrain import BUDGET_ENV, build, model_dir, rebuild, reference_lm, resolve_budget
 from .transfer import QUERIES, format_transfer, measure_transfer, saved_transfer
 
 

@@ -3,7 +3,7 @@
     report = build_report("sentiment", path)      # what build() writes to report.json
     print(format_report(report))
 
-Episodes are played in the real env through `agents.rollout.play_turn` (the one decode loop),
+Episodes are played in the real env through `agents.llm.rollout.play_turn` (the one decode loop),
 with the LM wrapped as a policy: sampled at temperature 1 (no top-k/top-p), or greedily.
 """
 
@@ -21,11 +21,12 @@ import torch
 
 from cory_env.data import corpus
 
-from ..policy import LLMPolicy
-from ..rollout import play_turn
-from ..sampling import SamplingConfig
+from ..llm.policy import LLMPolicy
+from ..llm.rollout import play_turn
+from ..llm.sampling import SamplingConfig
+from ..llm.speed import threads
+from .budgets import BUDGETS, Budget
 from .data import HELDOUT_SEED, Sequences, TrainingData, check_task, pad_rows
-from .pretrain import BUDGETS, Budget, _threads
 
 SAMPLED, GREEDY = SamplingConfig(), SamplingConfig(top_k=1)
 
@@ -179,7 +180,7 @@ def repeated_gap(task: str, path: str | Path, repeats: int = 6) -> dict:
     """The observer gap measured ``repeats`` more times (fresh sampling seeds): mean and SE."""
     model, meta, b = _saved_model(task, path)
     data, gaps, policy = TrainingData(task), [], as_policy(model)
-    with _threads(b.threads):
+    with threads(b.threads):
         for seed in range(repeats):
             gen = torch.Generator().manual_seed(1000 + seed)
             gaps.append(_gap(policy, data, b, gen)[0]["observer_gap"])
@@ -214,7 +215,7 @@ def build_report(task: str, path: str | Path, *, model=None) -> dict:
     sentiment: its mean reward), plus the model/training facts from ``build.json``.
     """
     model, meta, b = _saved_model(task, path, model)
-    with _threads(b.threads):
+    with threads(b.threads):
         return _measure(task, model, meta, b)
 
 

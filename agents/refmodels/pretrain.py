@@ -16,7 +16,6 @@ load (it can only be set before torch loads); waiting never changes the numbers 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -24,8 +23,8 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -34,50 +33,14 @@ import torch
 from cory_env.data.cache import cache_dir, cached_dir
 from cory_env.files import remove_dir
 
-from ..loading import cache_kwarg
+from ..llm.loading import cache_kwarg
+from ..llm.speed import threads
+from .budgets import BUDGETS, Budget
 from .data import TRAIN_SEED, Sequences, TrainingData, batches, check_task, pad_rows
 
 BUDGET_ENV = "CORY_LM_BUDGET"
 # Per task: bump when its data, model or training change; old caches are then ignored.
 VERSIONS = {"sentiment": "v3", "arithmetic": "v5"}
-
-
-@dataclass(frozen=True)
-class Budget:
-    """Model size, optimisation and evaluation settings of one build preset."""
-
-    n_layer: int
-    n_embd: int
-    n_head: int
-    steps: int
-    batch_size: int
-    lr: float
-    warmup: int
-    n_positions: int = 256
-    weight_decay: float = 0.1
-    min_lr_ratio: float = 0.1
-    n_heldout: int = 512  # held-out sequences for the perplexity
-    eval_episodes: int = 256  # env episodes per measurement
-    n_samples: int = 3
-    prompt_weight: float = 1.0  # loss weight of prompt tokens (responses and EOS weigh 1)
-    mix: tuple = ()  # overrides of MIXES[task], as (key, value) pairs
-    threads: int = 1  # fixed, so the numerics (and so the weights) do not depend on the machine
-    seed: int = 0
-
-
-_TINY = Budget(n_layer=2, n_embd=48, n_head=2, steps=40, batch_size=16, lr=1e-2, warmup=5,
-               n_heldout=32, eval_episodes=8, n_samples=2)
-# BUDGETS[name][task]: "full" is the real default, "tiny" is for tests (seconds, same code path).
-BUDGETS: dict[str, dict[str, Budget]] = {
-    "full": {
-        "sentiment": Budget(n_layer=4, n_embd=128, n_head=4, steps=600, batch_size=48, lr=5e-3,
-                            warmup=40, threads=2, mix=(("observer", 0.6),)),
-        "arithmetic": Budget(n_layer=4, n_embd=128, n_head=4, steps=1800, batch_size=12,
-                             lr=4e-3, warmup=60, threads=2, prompt_weight=0.2,
-                             eval_episodes=512),
-    },
-    "tiny": {"sentiment": _TINY, "arithmetic": _TINY},
-}
 
 
 def resolve_budget(budget: str | None = None) -> str:
@@ -266,22 +229,11 @@ def _train(model, seqs: Sequences, b: Budget, pad: int, log=print) -> dict:
             "autocast": "bf16" if bf16 else "none", "threads": torch.get_num_threads()}
 
 
-@contextlib.contextmanager
-def _threads(n: int) -> Iterator[None]:
-    """Run torch ops on ``n`` intra-op threads inside the block."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def build(task: str, budget: str, out: Path, verbose: bool = True) -> None:
     """Train ``task``'s LM with ``budget`` into ``out``; write its report there."""
     log = print if verbose else None
     b = BUDGETS[budget][task]
-    with _threads(b.threads):
+    with threads(b.threads):
         t0 = time.perf_counter()
         data = TrainingData(task, dict(b.mix))
         seqs = data.sequences(b.steps * b.batch_size, TRAIN_SEED)

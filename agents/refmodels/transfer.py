@@ -17,10 +17,11 @@
 
 Gains are means over seeds with 95% t intervals; a transfer is the ratio of the mean gains
 with Fieller's 95% interval, unbounded when the denominator's own interval contains 0
-(`agents.stats`). The verdict reads the interval, never the point: *present* when it lies at
+(`agents.training.stats`). The verdict reads the interval, never the point: *present* when it
+lies at
 or above PRESENT, *absent* below WEAK, *weak* inside (0, PRESENT), *undefined* when PPO's gain
 is not clear of 0 (nothing to carry) and *inconclusive* otherwise. Episodes are played
-through the one decode loop (`agents.rollout`).
+through the one decode loop (`agents.llm.rollout`).
 """
 
 from __future__ import annotations
@@ -36,10 +37,10 @@ import torch
 
 from cory_env.files import atomic_write
 
-from ..rollout import answer_alone
-from ..sampling import SamplingConfig
-from ..stats import Interval, Ratio, mean_interval, ratio_interval
-from ..train import TrainConfig, Trainer, model_of
+from ..llm.rollout import answer_alone
+from ..llm.sampling import SamplingConfig
+from ..training.stats import Interval, Ratio, mean_interval, ratio_interval
+from ..training.train import TrainConfig, Trainer, model_of
 from .measure import as_policy, forced_tokens, play_episode
 
 SEEDS = (0, 1, 2)

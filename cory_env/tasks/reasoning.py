@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..checks import check_int
 from .base import Query, Task, held_out, last_number, register_task
 from .hf import reference_chain
 
@@ -71,8 +72,7 @@ class ReasoningTask(Task):
             raise ValueError(f"reasoning: unknown reasoning-gym dataset {dataset!r}; known: "
                              f"{', '.join(sorted(reasoning_gym.factory.DATASETS))}")
         for name, value in (("n_queries", n_queries), ("shots", shots)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            check_int(name, value, 1)
         self.dataset, self.n_queries, self.tokenizer_name = dataset, n_queries, tokenizer
         self.options = {**EASY.get(dataset, {}), **options}
         try:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..checks import check_int
 from .base import Query, Task, held_out, register_task
 from .hf import IMDB_OBSERVER, prefix_queries, rewrite_chain
 from .rewards import VADER_SCALE, check_scale, check_vader, vader
@@ -41,9 +42,7 @@ class ReviewsTask(Task):
         super().__init__()
         check_vader()
         self.reward_scale = check_scale("reward_scale", reward_scale)
-        if n_queries is not None and (isinstance(n_queries, bool) or not isinstance(
-                n_queries, int) or n_queries < 1):
-            raise ValueError(f"n_queries must be None or a positive integer, got {n_queries!r}")
+        check_int("n_queries", n_queries, 1, none_ok=True)
         lo, hi = _token_range(prompt_tokens)
         self.n_queries, self.prompt_tokens, self.tokenizer_name = n_queries, (lo, hi), tokenizer
 

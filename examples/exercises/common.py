@@ -8,8 +8,8 @@ import numpy as np
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from agents.ppo import PPOConfig
-from agents.train import TrainConfig
+from agents.learners.ppo import PPOConfig
+from agents.training.train import TrainConfig
 from cory_env import register_task
 from cory_env.tasks.course import COLOURS, CourseTask, course_tokenizer
 

@@ -9,9 +9,9 @@ import argparse
 import tempfile
 from dataclasses import replace
 
-from agents.cory import CoryStructure
-from agents.learner import Learner, register_learner
-from agents.train import Trainer
+from agents.learners.base import Learner, register_learner
+from agents.learners.cory import CoryStructure
+from agents.training.train import Trainer
 
 from .common import course_config, course_lm
 

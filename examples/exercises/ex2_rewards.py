@@ -15,8 +15,8 @@ import tempfile
 
 import torch
 
-from agents.learner import IPPO, register_learner
-from agents.train import Trainer
+from agents.learners.base import IPPO, register_learner
+from agents.training.train import Trainer
 
 from .common import course_config, course_lm
 

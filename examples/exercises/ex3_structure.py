@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 
-from agents.train import Trainer
+from agents.training.train import Trainer
 
 from .common import course_config, course_lm
 

@@ -7,9 +7,9 @@ import torch
 from helpers import ToyTask
 
 import cory_env
-from agents.arms import drawn_length
-from agents.ppo import PPOConfig
-from agents.train import TrainConfig, Trainer
+from agents.learners.arms import drawn_length
+from agents.learners.ppo import PPOConfig
+from agents.training.train import TrainConfig, Trainer
 
 cory_env.register_task("toy", ToyTask)
 
@@ -84,7 +84,7 @@ def test_sampled_kl_arms_use_the_sampled_log_ratio(toy_lm):
 
 
 def test_scaled_kl_horizon_moves_beta_per_iteration_as_at_batch_256():
-    from agents.shaping import make_kl_controller
+    from agents.learners.shaping import make_kl_controller
 
     raw = PPOConfig(batch_size=32, mini_batch_size=32)
     scaled = PPOConfig(batch_size=32, mini_batch_size=32, scale_kl_horizon=True)

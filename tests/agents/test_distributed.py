@@ -36,8 +36,8 @@ cory_env.register_task("shardtoy", ShardToyTask)
 
 
 def config(model, method="cory", **kw):
-    from agents.ppo import PPOConfig
-    from agents.train import TrainConfig
+    from agents.learners.ppo import PPOConfig
+    from agents.training.train import TrainConfig
 
     batch = kw.pop("batch_size", 8)
     ppo = PPOConfig(batch_size=batch, mini_batch_size=kw.pop("mini_batch_size", 4), ppo_epochs=2,
@@ -128,7 +128,7 @@ def run_rank(model, out, method, iterations, poison_iteration) -> None:
 
 def pass_loss(policy, b):
     """One pass's PPO loss (clipped policy loss + value loss) on batch b."""
-    from agents.ppo import policy_loss, value_loss
+    from agents.learners.ppo import policy_loss, value_loss
 
     T = b.response_mask.shape[1]
     ev = policy.evaluate(b.input_ids, b.attention_mask, T)
@@ -140,7 +140,7 @@ def pass_loss(policy, b):
 def checks_rank(model, out) -> None:
     """The multi-rank checks of test_multi_rank_statistics_gradients_and_resume."""
     from agents.distributed import DistributedTrainer, make_accelerator
-    from agents.ppo import prepare_advantages
+    from agents.learners.ppo import prepare_advantages
 
     acc = make_accelerator(cpu=True)
     record = {}
@@ -251,8 +251,8 @@ def fsdp_rank(model, out) -> None:
     CORY under bf16 autocast with DDP and with FSDP."""
     from torch.distributed.tensor import DTensor
 
-    from agents import speed
     from agents.distributed import DistributedTrainer, make_accelerator
+    from agents.llm import speed
 
     acc = make_accelerator(cpu=True)
 
@@ -454,7 +454,7 @@ def test_fsdp_matches_ddp_shards_the_weights_and_resumes_exactly(toy_lm, tmp_pat
 
 def test_fsdp_checkpoint_loads_into_a_plain_trainer(toy_lm, tmp_path):
     """A full-tensor checkpoint (the FSDP layout) restores a single-process Trainer."""
-    from agents.train import Trainer
+    from agents.training.train import Trainer
 
     first = Trainer(config(toy_lm, "cory", task="toy"))
     first.step()
@@ -494,8 +494,8 @@ def test_fsdp_refuses_what_it_cannot_shard():
 
 def test_a_token_cap_or_compiled_passes_are_refused_across_processes():
     from agents.distributed.trainer import check_single_process_options
-    from agents.ppo import PPOConfig
-    from agents.train import TrainConfig
+    from agents.learners.ppo import PPOConfig
+    from agents.training.train import TrainConfig
 
     capped = TrainConfig(batch_size=8, ppo=PPOConfig(batch_size=8, mini_batch_size=8,
                                                      max_tokens_per_pass=256))
@@ -508,7 +508,7 @@ def test_a_token_cap_or_compiled_passes_are_refused_across_processes():
 
 def test_one_process_equals_the_plain_trainer(toy_lm):
     from agents.distributed import DistributedTrainer, SyncedPolicy, make_accelerator
-    from agents.train import Trainer
+    from agents.training.train import Trainer
 
     plain = [numbers(m) for m in Trainer(config(toy_lm, "cory", task="toy")).run()]
     dist = DistributedTrainer(config(toy_lm, "cory", task="toy"), make_accelerator(cpu=True))
@@ -590,7 +590,7 @@ def test_entry_point_logs_every_iteration_and_resumes(toy_lm, tmp_path):
 
 
 def test_placement_puts_each_module_where_asked(toy_lm):
-    from agents.train import Trainer
+    from agents.training.train import Trainer
 
     where = {"llm_0": "cpu", "llm_1": "cpu", "critic": "cpu"}
     trainer = Trainer(config(toy_lm, "mappo", task="toy", iterations=1, placement=where))
@@ -607,7 +607,7 @@ def test_placement_puts_each_module_where_asked(toy_lm):
 @pytest.mark.gpu
 @pytest.mark.skipif(torch.cuda.device_count() < 1, reason="needs a CUDA GPU")
 def test_placement_on_cuda(toy_lm):
-    from agents.train import Trainer
+    from agents.training.train import Trainer
 
     where = {"llm_0": "cuda:0", "llm_1": "cpu"}
     trainer = Trainer(config(toy_lm, "cory", task="toy", iterations=1, placement=where))

@@ -16,9 +16,9 @@ from helpers import ToyTask, save_toy_lm
 from transformers import GPT2Config, GPT2LMHeadModel
 
 import cory_env
-from agents.learner import IPPO, register_learner, registered_learners
-from agents.ppo import PPOConfig
-from agents.train import TrainConfig, Trainer
+from agents.learners.base import IPPO, register_learner, registered_learners
+from agents.learners.ppo import PPOConfig
+from agents.training.train import TrainConfig, Trainer
 from cory_env import Query, plugins
 
 cory_env.register_task("toy", ToyTask)
@@ -38,7 +38,7 @@ def numbers(metrics):
 
 # ----------------------------------------------------------------------------- plug-ins
 PLUGIN = textwrap.dedent('''
-    from agents.learner import IPPO, register_learner
+    from agents.learners.base import IPPO, register_learner
     from cory_env import register_task
     from cory_env.tasks.offline import SentimentTask
 
@@ -278,7 +278,7 @@ def test_a_model_smaller_than_the_tokenizer_is_refused_before_training(tmp_path)
 def test_an_unreachable_hub_name_fails_fast():
     import time
 
-    from agents.policy import LLMPolicy
+    from agents.llm.policy import LLMPolicy
 
     t0 = time.perf_counter()
     with pytest.raises(ValueError, match="'no-such-org/no-such-model' is not a local folder"):

@@ -9,14 +9,14 @@ import torch
 from helpers import ToyTask
 
 import cory_env
-from agents.dr_grpo import DrGRPO
-from agents.grpo import GRPO
-from agents.learner import joint_whiten, learner_class
-from agents.policy import LLMPolicy
-from agents.ppo import PPOConfig, aggregate, policy_loss
-from agents.rloo import RLOO
-from agents.rollout import play_turn
-from agents.train import TrainConfig, Trainer
+from agents.learners.base import joint_whiten, learner_class
+from agents.learners.dr_grpo import DrGRPO
+from agents.learners.grpo import GRPO
+from agents.learners.ppo import PPOConfig, aggregate, policy_loss
+from agents.learners.rloo import RLOO
+from agents.llm.policy import LLMPolicy
+from agents.llm.rollout import play_turn
+from agents.training.train import TrainConfig, Trainer
 from examples.exercises.common import course_lm
 
 cory_env.register_task("toy", ToyTask)
@@ -183,7 +183,7 @@ def test_per_agent_norm_chooses_whose_statistics_whiten_the_advantages(toy_lm, m
 
             def spy(batch, turn, gen, learn=learn, name=name):
                 if batch.advantages is None:  # IPPO whitens inside ppo_update
-                    from agents.ppo import prepare_advantages
+                    from agents.learners.ppo import prepare_advantages
                     prepare_advantages(batch, trainer.learner.agents[name].cfg)
                 got[name] = batch.advantages[batch.response_mask > 0]
                 return learn(batch, turn, gen)

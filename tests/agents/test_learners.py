@@ -7,12 +7,12 @@ import torch
 from helpers import ToyTask, needs_cxx
 
 import cory_env
-from agents.cory import pioneer_is_swapped
-from agents.learner import registered_learners
-from agents.mappo import compact, joint_gae, uncompact
-from agents.ppo import PPOConfig, gae
-from agents.rollout import rollout
-from agents.train import TrainConfig, Trainer
+from agents.learners.base import registered_learners
+from agents.learners.cory import rotation
+from agents.learners.mappo import compact, joint_gae, uncompact
+from agents.learners.ppo import PPOConfig, gae
+from agents.llm.rollout import rollout
+from agents.training.train import TrainConfig, Trainer
 
 cory_env.register_task("toy", ToyTask)
 
@@ -31,7 +31,7 @@ def numbers(metrics):
 
 
 def test_role_schedule():
-    assert [pioneer_is_swapped(i, 5) for i in range(12)] == [False] * 5 + [True] * 5 + [False] * 2
+    assert [rotation(i, 5) for i in range(12)] == [0] * 5 + [1] * 5 + [0] * 2
 
 
 def test_role_exchange_keeps_optimizer_state_and_flips_first_agent(toy_lm):
@@ -40,12 +40,12 @@ def test_role_exchange_keeps_optimizer_state_and_flips_first_agent(toy_lm):
     optimizers = {a: s.optimizer for a, s in agents.items()}
     kl_ctls = {a: s.kl_ctl for a, s in agents.items()}
     m0, m1 = trainer.step(), trainer.step()
-    assert m0["llm_0"]["role"] == "pioneer" and not m0["swap_roles"]
+    assert m0["llm_0"]["role"] == "pioneer" and m0["rotation"] == 0
     moments = {a: [st["exp_avg"].clone() for st in s.optimizer.state.values()]
                for a, s in agents.items()}
     steps = {a: [int(st["step"]) for st in s.optimizer.state.values()] for a, s in agents.items()}
     m2 = trainer.step()  # iteration 2: the roles are exchanged
-    assert m2["swap_roles"] and m2["llm_1"]["role"] == "pioneer"
+    assert m2["rotation"] == 1 and m2["llm_1"]["role"] == "pioneer"
     assert m2["llm_0"]["role"] == "observer"
     for a, s in agents.items():
         assert s.optimizer is optimizers[a] and s.kl_ctl is kl_ctls[a]
@@ -117,7 +117,7 @@ def test_method_presets_set_the_env_structure(toy_lm):
         assert trainer.env.config.knowledge_transfer is kt
         assert trainer.env.config.reward_mode == mode
     trainer = Trainer(config(toy_lm, "cory-no-re"))
-    assert all(not trainer.learner.reset_options(i)["swap_roles"] for i in range(20))
+    assert all(trainer.learner.reset_options(i)["rotation"] == 0 for i in range(20))
     assert Trainer(config(toy_lm, "ppo")).env.config.single_agent
     methods = {"ppo", "ippo", "cory", "mappo", "cory-no-kt", "cory-no-re", "cory-individual"}
     assert methods | {"reinforce"} <= set(registered_learners())

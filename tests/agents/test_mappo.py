@@ -10,9 +10,9 @@ import torch
 from helpers import ToyTask
 
 import cory_env
-from agents.mappo import joint_sequence, mappo_advantages
-from agents.ppo import PPOConfig
-from agents.train import TrainConfig, Trainer
+from agents.learners.mappo import joint_sequence, mappo_advantages
+from agents.learners.ppo import PPOConfig
+from agents.training.train import TrainConfig, Trainer
 
 cory_env.register_task("toy", ToyTask)
 PAD, EOS = 0, 9
@@ -158,8 +158,8 @@ def test_a_non_finite_critic_gradient_is_skipped_not_applied(toy_lm):
 
 
 def test_individual_mode_is_accepted_and_trains(toy_lm):
-    from agents.learner import register_learner
-    from agents.mappo import MAPPO
+    from agents.learners.base import register_learner
+    from agents.learners.mappo import MAPPO
 
     @register_learner("mappo-individual-test")
     class MAPPOIndividual(MAPPO):

@@ -1,4 +1,4 @@
-"""Tests for agents.policy: KV-cache decoding, rollout/training consistency, references, LoRA."""
+"""agents.llm.policy: KV-cache decoding, rollout/training consistency, references, LoRA."""
 
 import importlib.util
 import os
@@ -14,14 +14,10 @@ from transformers import (
     LlamaForCausalLM,
 )
 
-from agents import speed
-from agents.policy import (
-    DecodeState,
-    LLMPolicy,
-    LoraSettings,
-    SamplingConfig,
-)
-from agents.sampling import sample_from_logprobs
+from agents.llm import speed
+from agents.llm.loading import LoraSettings
+from agents.llm.policy import DecodeState, LLMPolicy
+from agents.llm.sampling import SamplingConfig, sample_from_logprobs
 
 V = 64
 PAD = 0
@@ -252,10 +248,10 @@ def test_lora_adapter_reference(model_dirs, arch):
     assert (new - base).abs().max() > 1e-3
 
 
-def test_shared_lora_pair(model_dirs):
+def test_shared_lora_two_adapters_on_one_base(model_dirs):
     """Two adapters on one base: disjoint trainables, independent updates, one base in memory."""
     path = model_dirs["gpt2"]
-    pio, obs = LLMPolicy.shared_lora_pair(path, LoraSettings(r=4))
+    pio, obs = LLMPolicy.shared_lora(path, LoraSettings(r=4))
     assert pio.model is obs.model and pio.adapter_name != obs.adapter_name
     tp, to = pio.trainable_parameters(), obs.trainable_parameters()
     assert not {id(p) for p in tp} & {id(p) for p in to}
@@ -355,7 +351,7 @@ def test_bf16_autocast_stores_the_frozen_weights_in_bf16(model_dirs, arch, monke
     """Under bf16 autocast a LoRA base's frozen matmul weights are kept in bf16 (autocast would
     round them on every pass anyway): rollouts, passes with grad and the reference give the
     same numbers, bit for bit, as with float32 storage; everything trainable stays float32."""
-    import agents.speed as policy_module
+    import agents.llm.speed as policy_module
 
     def load(store: bool):
         if not store:
@@ -400,7 +396,7 @@ def test_bf16_autocast_stores_the_frozen_weights_in_bf16(model_dirs, arch, monke
 
 def test_bf16_autocast_stores_a_reference_copy_in_bf16(model_dirs, monkeypatch):
     """Full fine-tuning keeps the policy in float32 and its frozen reference copy in bf16."""
-    import agents.speed as policy_module
+    import agents.llm.speed as policy_module
 
     torch.manual_seed(0)
     lean = LLMPolicy.from_pretrained(model_dirs["gpt2"], mixed_precision="bf16")
@@ -592,7 +588,7 @@ def test_growing_cache_decodes_exactly_like_the_dynamic_cache(model_dirs, arch):
     crop / batch_select_indices / batch_repeat_interleave it keeps working."""
     from transformers import DynamicCache
 
-    from agents.kvcache import GrowingLayer, growing_cache
+    from agents.llm.kvcache import GrowingLayer, growing_cache
 
     model = AutoModelForCausalLM.from_pretrained(model_dirs[arch]).eval()
     ids, mask = prompts(B=4, P=6)

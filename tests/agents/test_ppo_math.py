@@ -1,4 +1,4 @@
-"""Tests of the token-level PPO core (agents/ppo.py) against hand-computed numbers."""
+"""Tests of the token-level PPO core (agents/learners/ppo.py) against hand-computed numbers."""
 
 import copy
 import dataclasses
@@ -11,27 +11,29 @@ import pytest
 import torch
 from torch import nn
 
-from agents.ppo import (
-    AdaptiveKLController,
-    FixedKLController,
+from agents.learners.ppo import (
     PPOBatch,
     PPOConfig,
-    RunningMoments,
     forward_passes,
     full_kl,
     gae,
     kl_loss_term,
     kl_per_token,
-    make_kl_controller,
     masked_mean,
     masked_var,
     masked_whiten,
     policy_loss,
     ppo_update,
     prepare_advantages,
+    value_loss,
+)
+from agents.learners.shaping import (
+    AdaptiveKLController,
+    FixedKLController,
+    RunningMoments,
+    make_kl_controller,
     scale_scores,
     token_rewards,
-    value_loss,
 )
 from benchmarks.presets import IMDB_PPO as IMDB_PRESET
 from benchmarks.presets import gsm8k_ppo as gsm8k_preset

@@ -10,9 +10,9 @@ import pytest
 import torch
 from helpers import write_tiny_gguf
 
-from agents.loading import LoraSettings
-from agents.ppo import PPOConfig
-from agents.train import TrainConfig, Trainer
+from agents.learners.ppo import PPOConfig
+from agents.llm.loading import LoraSettings
+from agents.training.train import TrainConfig, Trainer
 
 
 @pytest.fixture(scope="module")

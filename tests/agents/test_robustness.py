@@ -11,9 +11,9 @@ import torch
 from helpers import ToyTask
 
 import cory_env
-from agents import train as train_module
-from agents.ppo import PPOConfig
-from agents.train import TrainConfig, Trainer
+from agents.learners.ppo import PPOConfig
+from agents.training import train as train_module
+from agents.training.train import TrainConfig, Trainer
 
 cory_env.register_task("toy", ToyTask)
 
@@ -141,7 +141,7 @@ def test_other_errors_pass_through_unchanged(toy_lm, monkeypatch):
 
 
 def test_with_lora_and_4bit_the_advice_drops_them():
-    from agents.policy import LoraSettings
+    from agents.llm.loading import LoraSettings
 
     cfg = config("unused", lora=LoraSettings(), load_in_4bit=True)
     advice = train_module.oom_advice(cfg, "update")

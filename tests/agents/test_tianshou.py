@@ -11,7 +11,7 @@ from tianshou.data import Batch, Collector, VectorReplayBuffer
 from tianshou.env import DummyVectorEnv, PettingZooEnv
 
 import cory_env
-from agents.tianshou_adapter import (
+from agents.interop.tianshou import (
     CourseTrainConfig,
     TeamRewardPettingZooEnv,
     TokenNet,

@@ -16,8 +16,8 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from agents.runlog import LedgerError, RunLock, resume_ledger
-from agents.train import TrainConfig
+from agents.training.runlog import LedgerError, RunLock, resume_ledger
+from agents.training.train import TrainConfig
 from benchmarks import runner
 from benchmarks.run import main
 from cory_env.data.tokenizer import task_tokenizer
@@ -59,7 +59,7 @@ def copy(folder, tmp_path):
 
 def holder(folder):
     """Another process that holds the folder's lock until killed."""
-    code = ("import sys, time; from agents.runlog import RunLock; "
+    code = ("import sys, time; from agents.training.runlog import RunLock; "
             "k = RunLock(sys.argv[1]).acquire(); print('locked', flush=True); time.sleep(120)")
     proc = subprocess.Popen([sys.executable, "-c", code, str(folder)], cwd=ROOT,
                             stdout=subprocess.PIPE, text=True)
@@ -234,7 +234,7 @@ def test_bad_settings_are_refused_by_name_before_anything_loads(tmp_path):
         with pytest.raises(ValueError, match=match):
             TrainConfig(**kw).validate()
 
-    refused(r"seed must be an integer in \[0, 2\*\*32\).*-1", seed=-1)
+    refused(r"seed must be an integer in \[0, 4294967296\), got -1", seed=-1)
     refused(r"models\['llm_1'\] must be a model name or folder.*5", method="cory",
             models={"llm_1": 5})
     refused(r"adapters\['llm_0'\] must be .*3.5", method="cory", shared_base=True,

@@ -12,7 +12,7 @@ import pytest
 from helpers import write_tiny_gguf
 
 import cory_env
-from agents.train import TrainConfig
+from agents.training.train import TrainConfig
 from cory_env import pretrained
 from cory_env.config import load_tokenizer
 from cory_env.tasks.reasoning import extract_answer
@@ -194,3 +194,13 @@ def test_the_new_tasks_pass_pettingzoos_api_test(task, tiny_gguf, cache):
     tok = load_tokenizer(tiny_gguf)
     prompt = tok.decode(view["input_ids"][view["attention_mask"].astype(bool)])
     assert prompt.strip() and "Question:" in prompt if task == "reasoning" else prompt.strip()
+
+
+def test_the_conversion_is_the_same_bytes_every_time(tiny_gguf, tmp_path, monkeypatch):
+    """What must not vary between machines: the dequantized weights of one GGUF file."""
+    digests = []
+    for cache in ("a", "b"):
+        monkeypatch.setenv("CORY_CACHE", str(tmp_path / cache))
+        folder = pretrained.resolve_model(tiny_gguf)
+        digests.append(pretrained.file_digest(os.path.join(folder, "model.safetensors")))
+    assert digests[0] == digests[1]

@@ -31,8 +31,8 @@ def main(argv=None) -> dict:
     """Run one MAPPO step; print and return peak RSS and the critic update's seconds."""
     import torch
 
-    from agents.ppo import PPOConfig
-    from agents.train import TrainConfig, Trainer
+    from agents.learners.ppo import PPOConfig
+    from agents.training.train import TrainConfig, Trainer
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("--models", default="runs/critic-memory",

@@ -131,9 +131,10 @@ def forward_flops(tokens: int, seq: int, dims: tuple[int, int, int]) -> float:
 
 def train_config(shape: Shape, model: Path, method: str, device: str, compiled: bool):
     """The TrainConfig of one job."""
-    from agents.policy import LoraSettings, SamplingConfig
-    from agents.ppo import PPOConfig
-    from agents.train import TrainConfig
+    from agents.learners.ppo import PPOConfig
+    from agents.llm.loading import LoraSettings
+    from agents.llm.sampling import SamplingConfig
+    from agents.training.train import TrainConfig
 
     ppo = PPOConfig(batch_size=shape.batch_size, mini_batch_size=shape.mini_batch_size,
                     grad_accum_steps=shape.grad_accum_steps, ppo_epochs=4, kl_penalty="full",
@@ -202,7 +203,7 @@ def run_job(args) -> dict:
     """Train `args.iterations` iterations of one (shape, method, compile) job; return figures."""
     import torch
 
-    from agents.train import Trainer
+    from agents.training.train import Trainer
 
     shape = next(s for s in shapes(args.dry_run) if s.name == args.shape)
     cuda = args.device.startswith("cuda")

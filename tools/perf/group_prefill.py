@@ -24,9 +24,9 @@ def measure(task: str, batch: int, group: int, rounds: int) -> dict:
     """Seconds of the prompt pass and the turn, shared vs per row, on one task."""
     import torch
 
-    from agents.policy import LLMPolicy
+    from agents.llm.policy import LLMPolicy
+    from agents.llm.rollout import play_turn
     from agents.refmodels import reference_lm
-    from agents.rollout import play_turn
     from cory_env import BatchedCoryEnv
 
     policy = LLMPolicy.from_pretrained(str(reference_lm(task)), reference="copy")

@@ -102,9 +102,10 @@ def train_config(model: str, method: str, resp: int, device: str = "cpu", lora: 
                  precision: str | None = "auto", max_tokens_per_pass: int | None = None,
                  old_logprobs: str = "auto", torch_compile: bool = False):
     """The reference workload as a TrainConfig (4 epochs, mini-batch 16, full KL, rep. 1.1)."""
-    from agents.policy import LoraSettings, SamplingConfig
-    from agents.ppo import PPOConfig
-    from agents.train import TrainConfig
+    from agents.learners.ppo import PPOConfig
+    from agents.llm.loading import LoraSettings
+    from agents.llm.sampling import SamplingConfig
+    from agents.training.train import TrainConfig
 
     ppo = PPOConfig(batch_size=64, mini_batch_size=16, ppo_epochs=4, kl_penalty="full",
                     init_kl_coef=0.3, max_tokens_per_pass=max_tokens_per_pass,
@@ -125,7 +126,7 @@ def context_len(resp: int) -> int:
 
 def time_iterations(cfg, iters: int, warmup: int) -> dict:
     """Median seconds of Trainer.step() over `iters` after `warmup` iterations."""
-    from agents.train import Trainer
+    from agents.training.train import Trainer
 
     trainer = Trainer(cfg, env_options={"context_len": context_len(cfg.max_new_tokens)})
     times, rollout, update, warm = [], [], [], []
@@ -186,7 +187,8 @@ def child_main(args) -> None:
 
 def lora_team_main(args) -> None:
     """Build K LoRA policies on one base in this process; print its memory as one JSON line."""
-    from agents.policy import LLMPolicy, LoraSettings
+    from agents.llm.loading import LoraSettings
+    from agents.llm.policy import LLMPolicy
     from cory_env import agent_names
 
     before = proc_status_mb("VmRSS")
@@ -357,8 +359,9 @@ def batched_env_overhead(model: str, rounds: int, batch: int = 64, resp: int = 1
     of a chain of `n_agents` (the context fitted to the chain's longest prompt beyond K = 2)."""
     import torch
 
-    from agents.policy import LLMPolicy, SamplingConfig
-    from agents.rollout import play_turn
+    from agents.llm.policy import LLMPolicy
+    from agents.llm.rollout import play_turn
+    from agents.llm.sampling import SamplingConfig
     from cory_env import BatchedCoryEnv
 
     policy = LLMPolicy.from_pretrained(model, reference=None)
@@ -420,7 +423,7 @@ def decode(policy, env, sampling) -> list:
     """One turn of every episode of `env` with `policy` (the library's decode loop)."""
     import torch
 
-    from agents.rollout import play_turn
+    from agents.llm.rollout import play_turn
 
     env.reset()
     return play_turn(env, policy, sampling, torch.Generator(policy.device).manual_seed(0))
@@ -438,7 +441,8 @@ def decode_agreement(model: str, resp: int = 16) -> dict:
     """Max |decode-time log-prob - evaluate log-prob| on CUDA, under bf16 autocast and fp32."""
     import torch
 
-    from agents.policy import LLMPolicy, SamplingConfig
+    from agents.llm.policy import LLMPolicy
+    from agents.llm.sampling import SamplingConfig
 
     out, sampling = {}, SamplingConfig(repetition_penalty=1.1)
     for mode in ("auto", None):
@@ -481,7 +485,8 @@ def policy_rates(policy, model: str, batch: int, resp: int, sampling) -> dict:
 
 def policy_tokens_per_s(model: str, resp: int = 16) -> list[dict]:
     """Policy-level decode and train tokens/s on CUDA (bf16 autocast) for a few batch sizes."""
-    from agents.policy import LLMPolicy, SamplingConfig
+    from agents.llm.policy import LLMPolicy
+    from agents.llm.sampling import SamplingConfig
 
     policy = LLMPolicy.from_pretrained(model, reference=None, device="cuda")
     rows = []
@@ -496,7 +501,7 @@ def trainer_tokens_per_s(model: str, iters: int, batches=(64, 512)) -> list[dict
     """CORY iterations on CUDA (bf16 autocast): response tokens per second, rollout and total."""
     import dataclasses
 
-    from agents.train import Trainer
+    from agents.training.train import Trainer
 
     rows = []
     for batch in batches:

@@ -31,11 +31,11 @@ if __package__ in (None, ""):  # `python tools/perf/real_model.py`
 
 import torch
 
-import agents.rollout as rollout_module
-from agents.loading import LoraSettings
-from agents.policy import LLMPolicy
-from agents.ppo import PPOConfig
-from agents.train import TrainConfig, Trainer
+import agents.llm.rollout as rollout_module
+from agents.learners.ppo import PPOConfig
+from agents.llm.loading import LoraSettings
+from agents.llm.policy import LLMPolicy
+from agents.training.train import TrainConfig, Trainer
 from cory_env.pretrained import resolve_model
 
 TRL_PYTHON = Path(__file__).resolve().parents[2] / ".venv-trl" / "bin" / "python"

@@ -21,11 +21,6 @@ import typing
 from typing import Any
 
 
-def meta(text: str, **kw) -> dict:
-    """Field metadata of one option: its help text, plus `flag` or `cli` keys if given."""
-    return {"help": text, **kw}
-
-
 def comma_list(text: str) -> list[str]:
     """'a,b' -> ['a', 'b'] (empty items dropped)."""
     return [x.strip() for x in text.split(",") if x.strip()]
@@ -243,7 +238,7 @@ def catalogue() -> str:
     """The registered methods, tasks and each task's options, for a CLI's --help."""
     from cory_env import registered_tasks, task_options
 
-    from .learner import registered_learners
+    from ..learners.base import registered_learners
 
     lines = ["methods (registered learners; --import adds yours):",
              "  " + ", ".join(registered_learners()), "tasks and their options (--task-options "

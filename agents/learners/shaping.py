@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import Any
 
 import torch
 from torch import Tensor
-
-if TYPE_CHECKING:
-    from .ppo import PPOConfig
 
 
 # --------------------------------------------------------------------------- KL controllers
@@ -56,7 +53,7 @@ class FixedKLController:
         self.value = float(state["value"])
 
 
-def make_kl_controller(cfg: PPOConfig) -> AdaptiveKLController | FixedKLController:
+def make_kl_controller(cfg: Any) -> AdaptiveKLController | FixedKLController:
     """The controller cfg asks for (adaptive if cfg.adap_kl_ctrl)."""
     if cfg.adap_kl_ctrl:
         return AdaptiveKLController(cfg.init_kl_coef, cfg.kl_target, cfg.effective_kl_horizon)
@@ -103,7 +100,7 @@ class RunningMoments:
         self.count = int(state["count"])
 
 
-def scale_scores(scores: Tensor, moments: RunningMoments, cfg: PPOConfig,
+def scale_scores(scores: Tensor, moments: RunningMoments, cfg: Any,
                  gather: Callable[[Tensor], Tensor] | None = None) -> Tensor:
     """Update moments, then score/(std+eps) or (score-mean)/(std+eps), then clip.
 

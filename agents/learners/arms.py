@@ -16,10 +16,10 @@ from dataclasses import replace
 
 import numpy as np
 
+from ..llm.sampling import SamplingConfig
+from .base import PPO, register_learner
 from .cory import CORY
-from .learner import PPO, register_learner
 from .ppo import PPOConfig
-from .sampling import SamplingConfig
 
 OFFICIAL_MIN_TOKENS = 4  # the official code's LengthSampler(4, 16)
 

@@ -28,9 +28,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from cory_env.config import check_fields
-
-from .cli import meta
+from cory_env.checks import check_int
+from cory_env.config import check_fields, meta
 
 KL_PENALTIES = ("kl", "abs", "mse", "full")
 KL_IN = ("reward", "loss")
@@ -54,7 +53,7 @@ class PPOConfig:
     ``old_logprobs`` says where the old log-probs and values come from. "sampler" and "auto"
     (default): the rollout's own: from the pass that drew each token, or, where decoding's
     numerics differ from a full pass (a 4-bit base, mixed precision), from the no-grad full
-    pass the rollout then makes (`agents.rollout.full_pass`). "recompute": one extra no-grad
+    pass the rollout then makes (`agents.llm.rollout.full_pass`). "recompute": one extra no-grad
     pass over the batch in the learner first, as TRL does.
     """
 
@@ -116,9 +115,7 @@ class PPOConfig:
             return ValueError(f"PPOConfig.{name} {rule}, got {getattr(self, name)!r}")
 
         for name in ("ppo_epochs", "batch_size", "mini_batch_size", "grad_accum_steps"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise bad(name, "must be a positive int")
+            check_int(f"PPOConfig.{name}", getattr(self, name), 1)
         for name in ("lr", "cliprange", "cliprange_value", "kl_target", "kl_horizon",
                      "ratio_threshold"):
             if not getattr(self, name) > 0:  # also rejects NaN
@@ -129,10 +126,7 @@ class PPOConfig:
         for name in ("gamma", "lam"):
             if not 0 <= getattr(self, name) <= 1:
                 raise bad(name, "must be in [0, 1]")
-        budget = self.max_tokens_per_pass
-        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int)
-                                   or budget < 1):
-            raise bad("max_tokens_per_pass", "must be None or a positive int")
+        check_int("PPOConfig.max_tokens_per_pass", self.max_tokens_per_pass, 1, none_ok=True)
         for name in ("score_clip", "max_grad_norm", "early_stop_kl"):
             if getattr(self, name) is not None and not getattr(self, name) > 0:
                 raise bad(name, "must be None or > 0")
@@ -151,20 +145,22 @@ class PPOConfig:
         return self
 
 
-from .shaping import (  # noqa: E402  (KL control and reward shaping; re-exported here)
-    AdaptiveKLController,
-    FixedKLController,
-    RunningMoments,
-    make_kl_controller,
-    scale_scores,
-    token_rewards,
-)
-
-__all__ = ["AdaptiveKLController", "FixedKLController", "PPOBatch", "PPOConfig",
-           "RunningMoments", "aggregate", "forward_passes", "full_kl", "gae", "kl_loss_term",
-           "kl_per_token", "make_kl_controller", "masked_mean", "masked_var", "masked_whiten",
-           "policy_loss", "ppo_update", "prepare_advantages", "scale_scores", "token_rewards",
+__all__ = ["PPOBatch", "PPOConfig", "aggregate", "forward_passes", "full_kl", "gae", "kl_loss_term",
+           "kl_per_token", "masked_mean", "masked_var", "masked_whiten",
+           "policy_loss", "ppo_update", "prepare_advantages",
            "value_loss"]
+
+_SHAPING = ("AdaptiveKLController", "FixedKLController", "RunningMoments", "make_kl_controller",
+            "scale_scores", "token_rewards")
+
+
+def __getattr__(name: str):
+    """Names that moved to `agents.learners.shaping` (KL control and reward shaping)."""
+    if name in _SHAPING:
+        import importlib
+
+        return getattr(importlib.import_module("agents.learners.shaping"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # --------------------------------------------------------------------------- masked stats

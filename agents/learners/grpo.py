@@ -12,9 +12,9 @@ instead). A group whose rewards are all equal has zero advantage (no NaN). No cr
 
 from __future__ import annotations
 
+from .base import register_learner
 from .cory import CoryStructure
 from .group import GroupLearner, group_stats
-from .learner import register_learner
 
 EPS = 1e-6
 

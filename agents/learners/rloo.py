@@ -12,9 +12,9 @@ REINFORCE). No critic.
 
 from __future__ import annotations
 
+from .base import register_learner
 from .cory import CoryStructure
 from .group import GroupLearner, group_stats
-from .learner import register_learner
 
 
 @register_learner("rloo")

@@ -18,6 +18,8 @@ docs/performance.md has the measurements behind each choice.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
@@ -156,3 +158,14 @@ def fuse_gelu(model: nn.Module) -> None:
         for name, child in list(module.named_children()):
             if type(child).__name__ == "NewGELUActivation":
                 setattr(module, name, _TanhGELU())
+
+
+@contextlib.contextmanager
+def threads(n: int) -> Iterator[None]:
+    """Run torch ops on `n` intra-op threads inside the block."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

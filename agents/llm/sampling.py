@@ -17,9 +17,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from cory_env.config import check_fields
-
-from .cli import meta
+from cory_env.checks import check_int
+from cory_env.config import check_fields, meta
 
 
 @dataclass
@@ -41,8 +40,7 @@ class SamplingConfig:
             raise ValueError(f"temperature must be > 0, got {self.temperature!r}")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
-        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
-            raise ValueError(f"top_k must be an integer >= 0, got {self.top_k!r}")
+        check_int("top_k", self.top_k, 0)
         if not self.repetition_penalty > 0:
             raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty!r}")
         return self

@@ -15,8 +15,8 @@ from dataclasses import replace
 
 import torch
 
+from .base import Learner, register_learner
 from .cory import CoryStructure
-from .learner import Learner, register_learner
 
 
 @register_learner("reinforce")

@@ -182,7 +182,7 @@ class CourseTrainConfig:
     vf_coef: float = 0.5
     ent_coef: float = 0.01
     knowledge_transfer: bool = True
-    swap_roles: bool = False
+    rotation: int = 0  # the agent order: llm_r plays the pioneer
     n_agents: int = 2  # a chain of K course agents
     eval_episodes: int = 128
     eval_seed: int = 10_000
@@ -193,7 +193,7 @@ def make_course_env(cfg: CourseTrainConfig, seed: int | None = None) -> TeamRewa
     import cory_env
 
     return TeamRewardPettingZooEnv(cory_env.env(
-        task="course", knowledge_transfer=cfg.knowledge_transfer, swap_roles=cfg.swap_roles,
+        task="course", knowledge_transfer=cfg.knowledge_transfer, rotation=cfg.rotation,
         reward_mode="collective", seed=seed, n_agents=cfg.n_agents))
 
 

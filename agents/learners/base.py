@@ -2,12 +2,12 @@
 
 A learner owns one `PPOAgent` (policy + optimizer + KL controller + score statistics) per LLM,
 declares the env structure it trains on (class attributes `knowledge_transfer`, `reward_mode`,
-`role_exchange`; `n_agents`; `needs_critic`), says which roles to play each iteration
+`role_exchange`; `n_agents`; `extra_model_names`), says which roles to play each iteration
 (`reset_options`), and updates from the finished turns (`update`). To add an algorithm,
 subclass `Learner` in one file and decorate it with `@register_learner("name")`;
-`agents/reinforce.py` is the worked example, and `agents/cory.py` is CORY.
+`agents/learners/reinforce.py` is the worked example, and `agents/learners/cory.py` is CORY.
 
-Multi-process training reaches a learner only through `self.comm` (`agents.comm.Comm`): its
+Multi-process training reaches a learner only through `self.comm` (`agents.learners.comm.Comm`): its
 agents call it to prepare their models, back-propagate, and agree on statistics across ranks.
 """
 
@@ -16,32 +16,28 @@ from __future__ import annotations
 import copy
 import functools
 import importlib
-import pkgutil
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 import torch
 
+from cory_env.checks import check_int
 from cory_env.config import check_fields
 from cory_env.plugins import check_not_builtin, load_entry_points
 
+from ..llm.rollout import Turn
+from ..llm.sampling import SamplingConfig
 from .comm import Comm
 from .metrics import turn_metrics
-from .policy import SamplingConfig
 from .ppo import (
     PPOBatch,
     PPOConfig,
-    RunningMoments,
     kl_per_token,
-    make_kl_controller,
     masked_mean,
     masked_var,
     ppo_update,
     prepare_advantages,
-    scale_scores,
-    token_rewards,
 )
-from .rollout import Turn
+from .shaping import RunningMoments, make_kl_controller, scale_scores, token_rewards
 
 
 @dataclass
@@ -59,11 +55,8 @@ class LearnerConfig:
     def validate(self) -> LearnerConfig:
         """Raise ValueError naming the bad field."""
         check_fields(self)
-        if isinstance(self.t_rex, bool) or not isinstance(self.t_rex, int) or self.t_rex < 1:
-            raise ValueError(f"t_rex must be a positive integer, got {self.t_rex!r}")
-        g = self.group_size
-        if g is not None and (isinstance(g, bool) or not isinstance(g, int) or g < 1):
-            raise ValueError(f"group_size must be None or a positive integer, got {g!r}")
+        check_int("t_rex", self.t_rex, 1)
+        check_int("group_size", self.group_size, 1, none_ok=True)
         if not isinstance(self.per_agent_norm, bool):
             raise ValueError(f"per_agent_norm must be True or False, got {self.per_agent_norm!r}")
         if self.group_kl_in not in ("loss", "reward"):
@@ -170,16 +163,12 @@ def joint_whiten(advantages: list[torch.Tensor], masks: list[torch.Tensor],
                         torch.zeros_like(a)) for a, mk in zip(advantages, masks)]
 
 
-def order_options(rotation: int, n_agents: int) -> dict:
-    """The reset options of an agent order: rotation, plus swap_roles when K <= 2."""
-    return {"rotation": rotation, **({"swap_roles": rotation == 1} if n_agents <= 2 else {})}
-
-
 class Learner:
     """Base learner: one PPOAgent per LLM; subclasses override `update` (and maybe more).
 
     The class attributes are the env structure it trains on. The base is two independent
-    agents: no knowledge transfer, each its own reward, fixed roles (`agents.cory.CoryStructure`
+    agents: no knowledge transfer, each its own reward, fixed roles
+    (`agents.learners.cory.CoryStructure`
     turns on CORY's three mechanisms).
     """
 
@@ -188,7 +177,11 @@ class Learner:
     knowledge_transfer = False  # the observer sees the pioneer's answer
     reward_mode = "individual"  # "collective" (r_pio + r_obs to both) or "individual"
     role_exchange = False  # swap pioneer and observer every t_rex iterations
-    needs_critic = False  # True: the Trainer builds a separate critic model (`critic=`)
+    # Models the learner owns beside the agents' policies, by name: the Trainer builds each
+    # (on the first agent's model, no reference) and passes it as a keyword; checkpoints,
+    # placement and the distributed trainer read them through `extra_models`.
+    extra_model_names: tuple[str, ...] = ()
+    joint_reader: tuple[str, ...] = ()  # extra models that read the whole chain's transcript
     group_size = 1  # answers per query it asks for when cfg.group_size is None
     batch_multiplier = 1  # episodes per iteration = this x TrainConfig.batch_size
     saved_state: tuple[str, ...] = ()  # attributes of its own that a checkpoint must keep
@@ -227,10 +220,9 @@ class Learner:
         return self.cfg.group_size or self.group_size
 
     def reset_options(self, iteration: int) -> dict:
-        """Per-iteration env options: fixed roles (rotation 0, and swap_roles False, its
-        two-agent spelling; see `agents.cory` for the exchange), and G answers per query when
-        G > 1."""
-        return {**order_options(0, self.n_agents),
+        """Per-iteration env options: fixed roles (rotation 0; `agents.learners.cory` rotates
+        them), and G answers per query when G > 1."""
+        return {"rotation": 0,
                 **({"group_size": self.group} if self.group > 1 else {})}
 
     def update(self, turns: dict[str, Turn], iteration: int) -> dict[str, dict[str, float]]:
@@ -247,6 +239,14 @@ class Learner:
             out[agent] = {**turn_metrics(turn, eta), "collective_reward":
                           float(collective.mean()), **stats.get(agent, {})}
         return out
+
+    def extra_models(self) -> dict:
+        """The models the learner owns beside the agents' policies (`extra_model_names`)."""
+        return {name: getattr(self, name) for name in self.extra_model_names}
+
+    def extra_optimizers(self) -> list:
+        """The optimizers of `extra_models` (their state is in `state_dict`)."""
+        return []
 
     def state_dict(self) -> dict:
         """Everything but the weights, for checkpoints.
@@ -290,15 +290,17 @@ def register_learner(name: str):
     return add
 
 
+# The modules that register the built-in learners, listed explicitly (a new one goes here).
+BUILTIN = ("base", "cory", "arms", "grpo", "dr_grpo", "rloo", "reinforce", "reinforce_pp",
+           "mappo")
+
+
 @functools.cache
 def _register_builtin() -> None:
-    """Import every module of this package that registers a learner, then the installed
-    `cory.learners` entry points (once)."""
-    folder = Path(__file__).parent
-    for info in pkgutil.iter_modules([str(folder)]):
-        path = folder / f"{info.name}.py"
-        if not info.ispkg and path.exists() and "@register_learner(" in path.read_text():
-            importlib.import_module(f"{__package__}.{info.name}")
+    """Import the BUILTIN learner modules, then the installed `cory.learners` entry points
+    (once)."""
+    for module in BUILTIN:
+        importlib.import_module(f"{__package__}.{module}")
     load_entry_points("cory.learners")
 
 

@@ -18,10 +18,11 @@ from dataclasses import replace
 
 import torch
 
+from .base import IPPO, LearnerConfig, joint_whiten, register_learner
 from .comm import Comm
 from .cory import CoryStructure
-from .learner import IPPO, LearnerConfig, joint_whiten, register_learner
-from .ppo import forward_passes, gae, masked_whiten, token_rewards, value_loss
+from .ppo import forward_passes, gae, masked_whiten, value_loss
+from .shaping import token_rewards
 
 
 def compact(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -78,7 +79,8 @@ def mappo_advantages(rewards, values, rmask, collective: bool, gamma: float, lam
 class MAPPO(CoryStructure, IPPO):
     """K PPO actors with a shared centralized critic over the joint transcript."""
 
-    needs_critic = True
+    extra_model_names = ("critic",)
+    joint_reader = ("critic",)
 
     def __init__(self, policies: dict, cfg: LearnerConfig, seed: int = 0,
                  comm: Comm | None = None, critic=None):
@@ -87,6 +89,10 @@ class MAPPO(CoryStructure, IPPO):
             raise ValueError("MAPPO needs a critic model (an LLMPolicy whose value head is used)")
         self.critic = self.comm.prepare(critic, critic=True)
         self.critic_optimizer = self.new_critic_optimizer()
+
+    def extra_optimizers(self) -> list:
+        """The critic's optimizer."""
+        return [self.critic_optimizer]
 
     def new_critic_optimizer(self) -> torch.optim.Adam:
         """Adam over the critic's trainable parameters."""

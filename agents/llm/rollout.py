@@ -19,7 +19,7 @@ import torch
 
 from cory_env import BatchedCoryEnv
 
-from .ppo import full_kl
+from ..learners.ppo import full_kl
 from .sampling import Step
 
 CHUNK = 32  # rows of one reference (and, where needed, full) pass

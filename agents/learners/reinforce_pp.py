@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import torch
 
+from .base import joint_whiten, register_learner
 from .cory import CoryStructure
 from .group import GroupLearner
-from .learner import joint_whiten, register_learner
 from .ppo import gae
 
 

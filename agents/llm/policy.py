@@ -6,7 +6,8 @@ EOS are masked 0). Position ids always come from the mask (cumsum - 1, clamped a
 padding never shifts positions.
 
 Rollout (under `torch.inference_mode()`, one forward of length 1 per new token, and a KV cache
-that appends in place, `agents.kvcache.growing_cache`); `agents.rollout.play_turn` is the loop:
+that appends in place, `agents.llm.kvcache.growing_cache`); `agents.llm.rollout.play_turn` is
+the loop:
 
     state = policy.begin(prompt_ids, prompt_mask, sampling)
     for t in range(T):
@@ -19,16 +20,16 @@ KL_t = sum_v exp(step.logsoftmax) * (step.logsoftmax - ref[:, t])): one big forw
 streamed single-token reference steps, and no second KV cache.
 
 Training: `evaluate(ids, mask, T, sampling)` recomputes, with grad, the same log-probs (under the
-same sampling transform, `agents.sampling`), the raw log-probs, values and entropies. The value
+same sampling transform, `agents.llm.sampling`), the raw log-probs, values and entropies. The value
 for token t is read from the hidden state that predicts token t, both here and in `sample`.
 
 With a 4-bit (bitsandbytes) base the single-token cached step and the full pass run different
 kernels, so decode-time log-probs differ from `evaluate`; bf16 autocast differs by rounding.
 When `policy.needs_recompute`, the rollout takes the turn's log-probs, values and KL from a
-no-grad `evaluate` pass shaped like the reference pass (`agents.rollout.full_pass`).
+no-grad `evaluate` pass shaped like the reference pass (`agents.llm.rollout.full_pass`).
 
 How the passes are made fast without changing what they compute (bf16 storage of frozen
-weights, attention kernels, compile, KV-cache dtype) is `agents/speed.py`. Dropout is switched
+weights, attention kernels, compile, KV-cache dtype) is `agents/llm/speed.py`. Dropout is switched
 off by default (`disable_dropout=True`) so the PPO ratio is exactly 1 before the first update;
 that also zeroes LoRA dropout.
 """
@@ -52,8 +53,7 @@ from .loading import LoraSettings, cache_kwarg, check_4bit, load_lm, lora_config
 from .sampling import SamplingConfig, Step, draw, first_seen, transform_logits
 from .speed import check_mixed_precision, trim_left_padding
 
-__all__ = ["DecodeState", "Evaluation", "LLMPolicy", "LoraSettings", "SamplingConfig", "Step",
-           "check_mixed_precision", "trim_left_padding"]
+__all__ = ["DecodeState", "Evaluation", "LLMPolicy"]
 
 @dataclass
 class DecodeState:
@@ -204,13 +204,6 @@ class LLMPolicy(nn.Module):
             p.reference_adapter = f"ref_{p.adapter_name}" if p.adapter_name in loaded else None
         first._restore_grad()
         return tuple(policies)
-
-    @classmethod
-    def shared_lora_pair(cls, name_or_path: str, lora: LoraSettings,
-                         names: tuple[str, str] = ("llm_0", "llm_1"), **kw
-                         ) -> tuple[LLMPolicy, LLMPolicy]:
-        """Two policies on ONE frozen base with two LoRA adapters; reference = adapters disabled."""
-        return cls.shared_lora(name_or_path, lora, names, **kw)
 
     # -- small accessors ----------------------------------------------------------------------
 

@@ -48,7 +48,7 @@ def load_trainable_state(policy, state: dict[str, torch.Tensor], where: str = "c
                 raise ValueError(f"{where}: {name} has shape {tuple(value.shape)}, the model's "
                                  f"is {tuple(param.shape)} (a different architecture)")
             if type(param).__name__ == "DTensor":  # FSDP: keep this rank's shard of the value
-                from .distributed.fsdp import like
+                from ..distributed.fsdp import like
 
                 value = like(value, param)
             param.copy_(value)
@@ -69,8 +69,8 @@ def trainer_state(trainer) -> dict:
         "numpy_rng": np.random.get_state(),
         "python_rng": random.getstate(),
     }
-    if getattr(learner, "critic", None) is not None:
-        state["critic"] = trainable_state(learner.critic)
+    for name, model in learner.extra_models().items():
+        state.setdefault("extra", {})[name] = trainable_state(model)
     return state
 
 
@@ -125,8 +125,13 @@ def load_trainer_state(trainer, state: dict, where: str = "checkpoint") -> None:
                          f"{sorted(learner.policies)}")
     for agent, weights in state["policies"].items():
         load_trainable_state(learner.policies[agent], weights, f"{where} ({agent})")
-    if "critic" in state:
-        load_trainable_state(learner.critic, state["critic"], f"{where} (critic)")
+    saved = state.get("extra", {"critic": state["critic"]} if "critic" in state else {})
+    models = learner.extra_models()
+    if set(saved) != set(models):
+        raise ValueError(f"{where} holds the learner's own models {sorted(saved)}, the trainer "
+                         f"{sorted(models)}")
+    for name, weights in saved.items():
+        load_trainable_state(models[name], weights, f"{where} ({name})")
     learner.load_state_dict(state["learner"])
     trainer.env.set_rng_state(state["env_rng"])
     torch.set_rng_state(state["torch_rng"])

@@ -17,7 +17,7 @@ from dataclasses import replace
 
 import torch
 
-from .learner import Learner
+from .base import Learner
 
 
 class GroupLearner(Learner):

@@ -1,11 +1,11 @@
 """The training loop: build the env, the policies and a learner; iterate rollout -> update.
 
-    from agents.train import TrainConfig, Trainer
+    from agents.training.train import TrainConfig, Trainer
     trainer = Trainer(TrainConfig(task="sentiment", method="cory", model="path/to/lm"))
     for metrics in trainer.run():
         print(metrics["llm_0"]["task_reward"])
 
-A method is a registered learner's name (`agents.learner.registered_learners()`); the learner
+A method is a registered learner's name (`agents.learners.base.registered_learners()`); the learner
 declares the env structure it trains on and whether it needs a critic.
 """
 
@@ -25,17 +25,19 @@ import torch
 
 from cory_env import BatchedCoryEnv
 from cory_env.aec import agent_names
-from cory_env.config import check_fields
+from cory_env.checks import check_int
+from cory_env.config import check_fields, meta
 from cory_env.files import check_local_path
 from cory_env.pretrained import check_model, resolve_model
 
-from .cli import meta
-from .comm import Comm
-from .learner import LearnerConfig, learner_class
-from .loading import check_adapter_base, check_weights, model_positions
-from .policy import LLMPolicy, LoraSettings, SamplingConfig, check_mixed_precision
-from .ppo import PPOConfig
-from .rollout import rollout
+from ..learners.base import LearnerConfig, learner_class
+from ..learners.comm import Comm
+from ..learners.ppo import PPOConfig
+from ..llm.loading import LoraSettings, check_adapter_base, check_weights, model_positions
+from ..llm.policy import LLMPolicy
+from ..llm.rollout import rollout
+from ..llm.sampling import SamplingConfig
+from ..llm.speed import check_mixed_precision
 
 
 @dataclass
@@ -158,10 +160,7 @@ class TrainConfig:
                                                 or self.max_new_tokens < 1):
             raise ValueError(f"max_new_tokens must be None or a positive integer, "
                              f"got {self.max_new_tokens!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) \
-                or not 0 <= self.seed < 2 ** 32:
-            raise ValueError(f"seed must be an integer in [0, 2**32) (what numpy and torch "
-                             f"seed from), got {self.seed!r}")
+        check_int("seed", self.seed, 0, 2 ** 32)  # what numpy and torch seed from
         if self.eta is not None and not (isinstance(self.eta, (int, float)) and
                                          math.isfinite(self.eta) and self.eta >= 0):
             raise ValueError(f"eta must be None or a finite number >= 0, got {self.eta!r}")
@@ -185,9 +184,10 @@ class TrainConfig:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         check_device("device", self.device)
+        models = [*names, *learner_class(self.method).extra_model_names]
         for agent, dev in self.placement.items():
-            if agent not in (*names, "critic"):
-                raise ValueError(f"placement key {agent!r} must be one of {names} or critic")
+            if agent not in models:
+                raise ValueError(f"placement key {agent!r} must be one of {models}")
             check_device(f"placement[{agent!r}]", dev)
         return self
 
@@ -217,8 +217,7 @@ class TrainConfig:
         k = self.n_agents
         if k is None:
             return default
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"n_agents must be None or a positive integer, got {k!r}")
+        check_int("n_agents", k, 1)
         if default == 1 and k != 1:
             raise ValueError(f"{self.method!r} is a single-agent learner: n_agents={k} "
                              f"needs a multi-agent method (cory, ippo, mappo, cory-grpo, ...)")
@@ -332,7 +331,7 @@ def oom_guard(cfg: TrainConfig, phase: str):
 
 def default_model(task: str) -> str:
     """The offline task's reference LM folder (built and cached on first use)."""
-    from .refmodels import reference_lm
+    from ..refmodels import reference_lm
 
     return str(reference_lm(task))
 
@@ -391,9 +390,9 @@ def tokenizer_difference(a, b) -> str:
     return ""
 
 
-def check_positions(env, policies: dict) -> None:
-    """Warn, naming the numbers, when a chain's longest sequence (the critic's joint one for
-    MAPPO) can exceed what a model's position embeddings reach."""
+def check_positions(env, policies: dict, joint: tuple[str, ...] = ()) -> None:
+    """Warn, naming the numbers, when a chain's longest sequence (the whole transcript for the
+    `joint` models, e.g. MAPPO's critic) can exceed what a model's position embeddings reach."""
     ep = env.episodes
     if ep.n_turns <= 2:
         return
@@ -401,7 +400,7 @@ def check_positions(env, policies: dict) -> None:
         config = policy.hf_model.config
         limit = getattr(config, "n_positions", None) or getattr(
             config, "max_position_embeddings", None)
-        need = ep.L + (ep.n_turns - 1) * ep.T if name == "critic" else ep.L
+        need = ep.L + (ep.n_turns - 1) * ep.T if name in joint else ep.L
         if limit and need > limit:
             warnings.warn(f"{name}'s model reads at most {limit} positions, but a chain of "
                           f"{ep.n_turns} agents can need {need} tokens (context {ep.L}, "
@@ -409,14 +408,15 @@ def check_positions(env, policies: dict) -> None:
                           f"a model with more positions", stacklevel=3)
 
 
-def build_policies(cfg: TrainConfig, agents: list[str], critic: bool = False) -> dict:
-    """One policy per agent (plus "critic" if asked). Agents that start from the same model
-    share its frozen reference; each agent's reference is its own initial model."""
+def build_policies(cfg: TrainConfig, agents: list[str], extra: tuple[str, ...] = ()) -> dict:
+    """One policy per agent, plus one per `extra` model name (a learner's own, e.g. MAPPO's
+    critic). Agents that start from the same model share its frozen reference; each agent's
+    reference is its own initial model."""
     torch.manual_seed(cfg.seed)
     named = {a: model_of(cfg, a) for a in agents}  # None: the offline task's reference LM
     offline = default_model(cfg.task) if None in named.values() else None
     paths = {a: m or offline for a, m in named.items()}
-    where = {a: cfg.placement.get(a, cfg.device) for a in [*agents, "critic"]}
+    where = {a: cfg.placement.get(a, cfg.device) for a in [*agents, *extra]}
     kw = {"load_in_4bit": cfg.load_in_4bit, "mixed_precision": cfg.mixed_precision}
     lora = cfg.lora is not None or bool(cfg.adapters)
     if lora and cfg.shared_base and len(agents) > 1 and len(set(paths.values())) == 1:
@@ -441,10 +441,10 @@ def build_policies(cfg: TrainConfig, agents: list[str], critic: bool = False) ->
                 copy.deepcopy(first.ref_model).to(where[a])
             policies[a] = LLMPolicy(lm, reference=ref, mixed_precision=cfg.mixed_precision)
             policies[a].value_head.load_state_dict(first.value_head.state_dict())
-    if critic:  # on the first agent's model, whose tokenizer the env uses
-        policies["critic"] = LLMPolicy.from_pretrained(paths[agents[0]], reference=None,
-                                                       device=where["critic"],
-                                                       mixed_precision=cfg.mixed_precision)
+    for name in extra:  # on the first agent's model, whose tokenizer the env uses
+        policies[name] = LLMPolicy.from_pretrained(paths[agents[0]], reference=None,
+                                                   device=where[name],
+                                                   mixed_precision=cfg.mixed_precision)
     for policy in policies.values():  # the token cap of training passes bounds prompt passes too
         policy.prefill_chunk_tokens = cfg.ppo.max_tokens_per_pass
         policy.compile_training = cfg.torch_compile
@@ -469,9 +469,9 @@ class Trainer:
         agents = list(agent_names(cfg.agents_count()))
         tokenizer, task = self._tokenizer(), self._task()
         check_tokenizers(cfg, agents, task)
-        policies = build_policies(cfg, agents, critic=self.learner_cls.needs_critic)
-        critic = policies.pop("critic", None)
-        extra = {"critic": critic} if critic is not None else {}
+        names = self.learner_cls.extra_model_names
+        policies = build_policies(cfg, agents, names)
+        extra = {name: policies.pop(name) for name in names}
         self.learner = self.learner_cls(policies, lcfg, seed=cfg.seed, comm=comm, **extra)
         self.env = BatchedCoryEnv(batch_size=cfg.batch_size, task=task,
                                   tokenizer=tokenizer, max_new_tokens=cfg.max_new_tokens,
@@ -486,7 +486,7 @@ class Trainer:
                     f"{policy.vocab_size} token embeddings but the task's tokenizer has {vocab} "
                     f"tokens: use the model's own tokenizer (task option tokenizer=) or a "
                     f"model built for this task")
-        check_positions(self.env, {**policies, **extra})
+        check_positions(self.env, {**policies, **extra}, self.learner_cls.joint_reader)
         self.iteration = 0
         self.query_sampler = None  # iteration -> query indices (per-rank data shards)
 
@@ -514,9 +514,7 @@ class Trainer:
             stats = self.learner.update(turns, self.iteration)
         metrics = self.learner.metrics(turns, stats)
         metrics["iteration"] = self.iteration
-        rotation = int(options.get("rotation", 0)) or int(bool(options.get("swap_roles")))
-        metrics["rotation"] = rotation % max(len(self.learner.policies), 1)
-        metrics["swap_roles"] = metrics["rotation"] != 0
+        metrics["rotation"] = int(options.get("rotation", 0)) % max(len(self.learner.policies), 1)
         metrics["time_rollout_s"], metrics["time_update_s"] = t1 - t0, time.perf_counter() - t1
         self.iteration += 1
         return metrics

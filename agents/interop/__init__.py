@@ -1,0 +1,1 @@
+"""Other libraries' interfaces to the env and learners (Tianshou)."""

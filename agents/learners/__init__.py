@@ -1,0 +1,1 @@
+"""How policies learn: the learner registry, PPO maths, reward shaping and each algorithm."""

@@ -1,0 +1,1 @@
+"""Running training: config, trainer, checkpoints, run log, CLI options, seed statistics."""
