@@ -14,13 +14,22 @@ written after it.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 
-from cory_env.files import remove_orphans
+from cory_env.files import atomic_write, remove_orphans
 
 from ..training.cli import catalogue
-from ..training.runlog import FolderBusy, LedgerError, RunLock, append_jsonl, resume_ledger
+from ..training.runlog import (
+    FolderBusy,
+    LedgerError,
+    RunLock,
+    append_jsonl,
+    changed_code,
+    code_identity,
+    resume_ledger,
+)
 from ..training.train import TrainConfig, add_train_options, train_config_from
 from .trainer import DistributedTrainer, make_accelerator
 
@@ -38,6 +47,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict]:
     p.add_argument("--out", help="folder for metrics.jsonl and checkpoint.pt (rank 0 writes)")
     p.add_argument("--save-every", type=int, default=0, help="checkpoint every N iterations")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
+    p.add_argument("--allow-changed-code", action="store_true",
+                   help="--resume even though an --import file changed (recorded)")
     return p, paths
 
 
@@ -50,7 +61,7 @@ def parse_args(argv=None) -> tuple[argparse.Namespace, TrainConfig]:
     except (ValueError, TypeError) as err:
         parser.error(str(err))
     for name, default in (("cpu", False), ("fsdp", False), ("out", None), ("save_every", 0),
-                          ("resume", False)):
+                          ("resume", False), ("allow_changed_code", False)):
         setattr(args, name, getattr(args, name, default))
     if args.save_every < 0:
         parser.error(f"--save-every must be >= 0, got {args.save_every}")
@@ -67,20 +78,41 @@ def parse_args(argv=None) -> tuple[argparse.Namespace, TrainConfig]:
     return args, cfg
 
 
-def lock_folder(out: str | None, accelerator) -> RunLock | None:
-    """Rank 0 locks the run folder; every rank learns whether it could (and fails alike)."""
+def claim_folder(args, accelerator) -> RunLock | None:
+    """Rank 0 locks the run folder, removes orphan temporary files and checks the code the run
+    started with (OUT/code.json); every rank learns the outcome and fails alike."""
     from .comm import DDPComm
 
     lock, error = None, ""
-    if out and accelerator.is_main_process:
+    if args.out and accelerator.is_main_process:
         try:
-            lock = RunLock(out).acquire()
+            lock = RunLock(args.out).acquire()
+            remove_orphans(args.out)  # temporary files of a save that was killed
+            error = check_code(args)
         except FolderBusy as err:
             error = str(err)
     errors = DDPComm(accelerator).gather_object(error)
     if any(errors):
+        if lock is not None:
+            lock.release()
         raise FolderBusy(next(e for e in errors if e))
     return lock
+
+
+def check_code(args) -> str:
+    """Record the code of a fresh run; on --resume, what changed since (unless allowed)."""
+    path = os.path.join(args.out, "code.json")
+    now = code_identity(getattr(args, "imports", None) or ())
+    if not args.resume or not os.path.exists(path):
+        atomic_write(path, json.dumps(now, indent=2))
+        return ""
+    changed = changed_code(json.loads(open(path, encoding="utf-8").read()), now)
+    if changed and not args.allow_changed_code:
+        return ("--resume: " + "; ".join(changed) + ". Restore the file, start a new folder, or "
+                "pass --allow-changed-code")
+    if changed:
+        append_jsonl(os.path.join(args.out, "changes.jsonl"), [{"changed_code": changed}])
+    return ""
 
 
 def main(argv=None) -> int:
@@ -88,12 +120,10 @@ def main(argv=None) -> int:
     args, cfg = parse_args(argv)
     accelerator = make_accelerator(cpu=True if args.cpu else None)
     try:
-        lock = lock_folder(args.out, accelerator)
+        lock = claim_folder(args, accelerator)
     except FolderBusy as err:
         print(f"python -m agents.distributed: error: {err}", file=sys.stderr)
         return 2
-    if lock is not None:
-        remove_orphans(args.out)  # temporary files of a save that was killed
     trainer = DistributedTrainer(cfg, accelerator, sharding="fsdp" if args.fsdp else None)
     ckpt = os.path.join(args.out, "checkpoint.pt") if args.out else None
     if args.resume and ckpt:

@@ -279,3 +279,21 @@ def test_env_seed_and_plugin_reward_errors_say_what_to_fix():
             safe_reward(Bad(out), [None] * 4, texts)
         text = str(err.value)
         assert "'mine'" in text and got in text and "expected a sequence of 4 finite" in text
+
+
+def test_distributed_records_its_code_and_refuses_a_changed_plugin(tmp_path):
+    from argparse import Namespace
+
+    from agents.distributed.__main__ import check_code
+
+    plugin = tmp_path / "p.py"
+    plugin.write_text("A = 1\n")
+    out = tmp_path / "run"
+    out.mkdir()
+    args = Namespace(out=str(out), imports=[str(plugin)], resume=False, allow_changed_code=False)
+    assert check_code(args) == "" and (out / "code.json").exists()
+    plugin.write_text("A = 2\n")
+    args.resume = True
+    assert "p.py" in check_code(args) and "changed since the run started" in check_code(args)
+    args.allow_changed_code = True
+    assert check_code(args) == "" and "changed_code" in (out / "changes.jsonl").read_text()
