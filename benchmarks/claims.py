@@ -233,6 +233,19 @@ def tested(name: str, numbers: str, inp: Inputs, p_for: float, p_against: float,
                  threshold=threshold, against=against)
 
 
+def matched(name: str, numbers: str, inp: Inputs, iv: Interval, levels: list[float], axis: str,
+            threshold: float, shown: str, against: str) -> Claim:
+    """A frontier claim: `iv` against `threshold` on levels of `axis` ("reward" or "KL") that
+    every seed observed, or untested when they share no range."""
+    if not levels and not inp.problem:
+        what = "frontiers" if axis == "reward" else "KL ranges"
+        return untested(name, f"no common {axis} range: the seeds' {what} do not overlap",
+                        numbers, value=iv)
+    size = "log KL ratio" if axis == "reward" else "reward gap"
+    return tested(name, numbers, inp, iv.p_above(threshold), iv.p_below(threshold),
+                  {"value": iv}, {size: iv}, shown, against)
+
+
 def _pair(data: RunData, task: str, eta, name: str) -> Inputs | Claim:
     """PPO's and CORY's inputs, or the inconclusive claim when either was not run."""
     if _missing(data, task, eta, ["ppo", "cory"]):
@@ -280,12 +293,8 @@ def claim_kl_at_reward(data: RunData, task: str, eta) -> Claim:
     iv, levels = matched_kl_ratio(inp.points("ppo"), inp.points("cory"))
     numbers = (f"KL_PPO / KL_CORY at rewards {_levels(levels)} (25-100% of the best-reward range"
                f" every seed observed): {ratio_text(iv)}; threshold {KL_RATIO:g}×.")
-    if not levels and not inp.problem:
-        return untested(name, "no common reward range: the seeds' frontiers do not overlap",
-                        numbers, value=iv)
-    lk = math.log(KL_RATIO)
-    return tested(name, numbers, inp, iv.p_above(lk), iv.p_below(lk), {"value": iv},
-                  {"log KL ratio": iv}, f"{KL_RATIO:g}×", _kl_side(iv))
+    return matched(name, numbers, inp, iv, levels, "reward", math.log(KL_RATIO),
+                   f"{KL_RATIO:g}×", _kl_side(iv))
 
 
 def claim_reward_at_kl(data: RunData, task: str, eta) -> Claim:
@@ -297,11 +306,8 @@ def claim_reward_at_kl(data: RunData, task: str, eta) -> Claim:
     iv, budgets = matched_reward_gap(inp.points("cory"), inp.points("ppo"))
     numbers = (f"reward_CORY − reward_PPO at KL {_levels(budgets)} nats (25-100% of the KL range"
                f" every seed observed): {iv}.")
-    if not budgets and not inp.problem:
-        return untested(name, "no common KL range: the seeds' KL ranges do not overlap",
-                        numbers, value=iv)
-    return tested(name, numbers, inp, iv.p_above(0), iv.p_below(0), {"value": iv},
-                  {"reward gap": iv}, "0", "CORY's reward is lower at matched KL")
+    return matched(name, numbers, inp, iv, budgets, "KL", 0.0, "0",
+                   "CORY's reward is lower at matched KL")
 
 
 def late_change(traj: Trajectory, field_: str = "reward") -> float:
@@ -382,11 +388,8 @@ def claim_ablations(data: RunData, task: str, eta) -> Claim:
     parts = "; ".join(f"{m} {ratio_text(mean_interval(v))}" for m, v in each.items())
     numbers = (f"KL_ablation / KL_CORY at rewards {_levels(levels)}, the geometric mean of both:"
                f" {ratio_text(both)} (threshold 1×); each (exploratory): {parts}.")
-    if not levels and not inp.problem:
-        return untested(name, "no common reward range: the seeds' frontiers do not overlap",
-                        numbers, value=both)
-    return tested(name, numbers, inp, both.p_above(0), both.p_below(0), {"value": both},
-                  {"log KL ratio": both}, "1×", "the ablations need less KL than CORY")
+    return matched(name, numbers, inp, both, levels, "reward", 0.0, "1×",
+                   "the ablations need less KL than CORY")
 
 
 # ------------------------------------------------------------------------------- verdicts
