@@ -18,7 +18,7 @@ import json
 import os
 import sys
 
-from cory_env.files import atomic_write, remove_orphans
+from cory_env.files import atomic_write, remove_dir, remove_orphans
 
 from ..training.cli import catalogue
 from ..training.runlog import (
@@ -119,11 +119,23 @@ def main(argv=None) -> int:
     """Entry point: build, optionally resume, train, log (rank 0) and checkpoint."""
     args, cfg = parse_args(argv)
     accelerator = make_accelerator(cpu=True if args.cpu else None)
+    new = bool(args.out) and not os.path.exists(args.out)
     try:
         lock = claim_folder(args, accelerator)
     except FolderBusy as err:
         print(f"python -m agents.distributed: error: {err}", file=sys.stderr)
         return 2
+    try:
+        return train(args, cfg, accelerator, lock)
+    except BaseException:
+        if new and lock is not None and not os.path.exists(os.path.join(args.out, "metrics.jsonl")):
+            lock.release()  # a failed start leaves no folder behind
+            remove_dir(args.out)
+        raise
+
+
+def train(args, cfg, accelerator, lock) -> int:
+    """Build, optionally resume, train, log (rank 0) and checkpoint."""
     trainer = DistributedTrainer(cfg, accelerator, sharding="fsdp" if args.fsdp else None)
     ckpt = os.path.join(args.out, "checkpoint.pt") if args.out else None
     if args.resume and ckpt:
