@@ -4,8 +4,8 @@
     python tools/perf/perf.py --model /tmp/ref --trl-python .venv-trl/bin/python
     python tools/perf/perf.py --quick                         # a smoke run
 
-Reference workload (../shared/bench/README.md): the GPT-2-shaped model written by
-`make_ref_model.py` (4 layers, n_embd 256, vocab 2048, random init), 64 prompts of 2-8 tokens
+Reference workload: the GPT-2-shaped model written by `reference_model.py` (4 layers, n_embd
+256, vocab 2048, random init), 64 prompts of 2-8 tokens
 taken from CPython's pydoc topics, 16 new tokens, 4 PPO epochs of mini-batch 16, full KL,
 top_k 0 / top_p 1, repetition penalty 1.1, a cheap deterministic reward (vowel ratio).
 
@@ -38,7 +38,6 @@ import numpy as np
 from cory_env import Query, Task, register_task
 
 ROOT = Path(__file__).resolve().parents[2]
-BENCH_KIT = ROOT.parent / "shared" / "bench"
 IMDB_OBSERVER = 'I can make this sentence "{query}{response}" more positive: {query}'
 VOWELS = frozenset("aeiou")
 FAST = "fast (LoRA + bf16, sampler log-probs)"
@@ -291,13 +290,10 @@ def trl_model_dir(model: str) -> str:
 
 
 def run_trl(args, mode: str) -> dict | None:
-    """Run ../shared/bench/trl_anchor.py with the TRL venv's python, at our thread count."""
-    anchor = BENCH_KIT / "trl_anchor.py"
-    # The anchor sets torch.set_num_threads(os.cpu_count()); pin that to our --threads.
-    shim = ("import os, runpy, sys; n = int(sys.argv[1]); os.cpu_count = lambda: n; "
-            "sys.argv = sys.argv[2:]; runpy.run_path(sys.argv[0], run_name='__main__')")
-    cmd = [args.trl_python, "-c", shim, str(args.threads), str(anchor),
-           trl_model_dir(args.model), "--mode", mode, "--iters", str(args.iters)]
+    """Run trl_anchor.py's reference workload with the TRL venv's python, at our threads."""
+    cmd = [args.trl_python, str(Path(__file__).with_name("trl_anchor.py")),
+           trl_model_dir(args.model), "--workload", "reference", "--mode", mode,
+           "--iters", str(args.iters), "--threads", str(args.threads)]
     result = run_json(cmd, f"TRL {mode}", args.timeout)
     if result:
         print(f"  TRL 0.11.4 {mode}: {result['s_per_iter']} s/iter, peak RSS "
@@ -553,12 +549,12 @@ def resolve_threads(value: str) -> int:
 
 
 def ensure_model(path: str, trl_python: str | None) -> None:
-    """Write the reference model with make_ref_model.py unless `path` already holds it."""
+    """Write the reference model with reference_model.py unless `path` already holds it."""
     if (Path(path) / "config.json").exists():
         return
     python = trl_python or sys.executable  # transformers 4 writes a tokenizer both can read
-    subprocess.run([python, str(BENCH_KIT / "make_ref_model.py"), path], check=True,
-                   capture_output=True)
+    subprocess.run([python, str(Path(__file__).with_name("reference_model.py")), path],
+                   check=True, capture_output=True)
 
 
 FAST_KW = {"lora": True, "precision": "bf16", "old_logprobs": "sampler"}

@@ -1,11 +1,16 @@
-"""The TRL 0.11 anchor on a real model: TRL's PPOTrainer, and the official CORY recipe on it.
+"""The TRL 0.11 anchor: TRL's PPOTrainer, and the official CORY recipe on it.
 
     .venv-trl/bin/python tools/perf/trl_anchor.py MODEL_FOLDER --mode ppo|cory [--iters 3]
+    .venv-trl/bin/python tools/perf/trl_anchor.py REF_FOLDER --workload reference --mode cory
 
 Runs in the TRL venv (`make perf-trl-venv`: TRL 0.11.4 needs transformers 4.x), so it imports
-nothing from the project but the review openings (a plain-Python file). The workload is the
-`reviews` task's: 2-8-token openings, 3 x VADER of query + response, the paper's observer
-prompt; full float32 fine-tuning, 4 PPO epochs, top_k 0 / top_p 1. `cory` follows the official
+nothing from the project but the review openings (a plain-Python file). Two workloads, both
+full float32 fine-tuning with 4 PPO epochs, top_k 0 / top_p 1 and the paper's observer prompt:
+`reviews` (a real model: 2-8-token openings, 3 x VADER of query + response, batch 16, 12 new
+tokens, lr 5e-4) and `reference` (`perf.py`'s: the model of `reference_model.py`, 2-8-token
+prefixes of 8-word windows of CPython's pydoc topics, the vowel ratio of query + response as a
+negligible-cost reward, batch 64, mini-batch 16, 16 new tokens, repetition penalty 1.1,
+lr 1.41e-5). Options override a workload's sizes. `cory` follows the official
 code: two PPOTrainers, the observer prompt built from the pioneer's decoded text, reference
 responses generated for its logs, and the roles exchanged every 5 iterations by saving both
 models and loading them crossed. Prints one JSON line: seconds per iteration (median of the
@@ -44,22 +49,12 @@ def openings() -> list[str]:
     return module.review_openings()
 
 
-def main() -> None:
-    """Time the chosen mode; print one JSON line."""
-    p = argparse.ArgumentParser()
-    p.add_argument("model")
-    p.add_argument("--mode", default="ppo", choices=["ppo", "cory"])
-    p.add_argument("--iters", type=int, default=3, help="timed iterations (after one)")
-    p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--resp", type=int, default=12)
-    p.add_argument("--lr", type=float, default=5e-4)
-    p.add_argument("--threads", type=int, default=2)
-    a = p.parse_args()
-    torch.manual_seed(0)
-    random.seed(0)
-    torch.set_num_threads(a.threads)
-    tok = AutoTokenizer.from_pretrained(a.model)
-    tok.pad_token = tok.eos_token
+WORKLOADS = {"reviews": dict(batch=16, mini=16, resp=12, lr=5e-4, penalty=1.0),
+             "reference": dict(batch=64, mini=16, resp=16, lr=1.41e-5, penalty=1.1)}
+
+
+def reviews(tok):
+    """The reviews workload's (queries(n), reward(texts))."""
     texts, vader = openings(), SentimentIntensityAnalyzer()
 
     def queries(n):
@@ -69,10 +64,55 @@ def main() -> None:
     def reward(texts):
         return [torch.tensor(3.0 * vader.polarity_scores(t)["compound"]) for t in texts]
 
-    cfg = dict(learning_rate=a.lr, batch_size=a.batch, mini_batch_size=a.batch, ppo_epochs=4,
-               init_kl_coef=0.3, kl_penalty="full", seed=0)
+    return queries, reward
+
+
+def reference(tok):
+    """The reference workload's (queries(n), reward(texts)): pydoc prefixes, vowel ratio."""
+    import pydoc_data.topics as topics
+
+    words = " ".join(topics.topics.values()).split()
+
+    def queries(n):
+        out = []
+        for _ in range(n):
+            i = random.randrange(len(words) - 10)
+            ids = tok.encode(" ".join(words[i:i + 8]))[: random.randint(2, 8)]
+            out.append(torch.tensor(ids or [0]))
+        return out
+
+    def reward(texts):
+        return [torch.tensor(sum(c in "aeiou" for c in t) / (1 + len(t))) for t in texts]
+
+    return queries, reward
+
+
+def main() -> None:
+    """Time the chosen mode; print one JSON line."""
+    p = argparse.ArgumentParser()
+    p.add_argument("model")
+    p.add_argument("--mode", default="ppo", choices=["ppo", "cory"])
+    p.add_argument("--workload", default="reviews", choices=sorted(WORKLOADS))
+    p.add_argument("--iters", type=int, default=3, help="timed iterations (after one)")
+    for name in ("batch", "mini", "resp"):
+        p.add_argument(f"--{name}", type=int, default=None)
+    p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--threads", type=int, default=2)
+    a = p.parse_args()
+    w = {**WORKLOADS[a.workload], **{k: v for k, v in vars(a).items()
+                                       if k in ("batch", "mini", "resp", "lr") and v is not None}}
+    a.batch, a.resp = w["batch"], w["resp"]
+    torch.manual_seed(0)
+    random.seed(0)
+    torch.set_num_threads(a.threads)
+    tok = AutoTokenizer.from_pretrained(a.model)
+    tok.pad_token = tok.eos_token
+    queries, reward = (reviews(tok) if a.workload == "reviews" else reference(tok))
+    cfg = dict(learning_rate=w["lr"], batch_size=a.batch, mini_batch_size=w["mini"],
+               ppo_epochs=4, init_kl_coef=0.3, kl_penalty="full", seed=0)
     gen = dict(min_length=-1, top_k=0.0, top_p=1.0, do_sample=True,
-               pad_token_id=tok.eos_token_id, max_new_tokens=a.resp)
+               pad_token_id=tok.eos_token_id, max_new_tokens=a.resp,
+               **({"repetition_penalty": w["penalty"]} if w["penalty"] != 1.0 else {}))
 
     def trainer(path):
         model = AutoModelForCausalLMWithValueHead.from_pretrained(path)
@@ -106,7 +146,8 @@ def main() -> None:
         if it > 0:
             times.append(time.perf_counter() - t0)
     shutil.rmtree(tmp)
-    print(json.dumps({"impl": "trl-0.11.4", "mode": a.mode, "batch": a.batch, "resp": a.resp,
+    print(json.dumps({"impl": "trl-0.11.4", "workload": a.workload, "mode": a.mode,
+                      "batch": a.batch, "resp": a.resp,
                       "s_per_iter": round(statistics.median(times), 3),
                       "all": [round(x, 2) for x in times],
                       "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}))
