@@ -314,3 +314,12 @@ def test_a_two_point_run_calls_every_claim_inconclusive_with_a_reason():
     for c in claims:
         assert c.status == cl.INCONCLUSIVE and "too few seeds: 1 < 3" in c.reason, c.line()
         assert "too few evaluation points: 2 < 5" in c.reason
+
+
+def test_a_seed_still_running_is_left_out_not_read_as_too_few_points():
+    data = runs({"ppo": ppo_fast, "cory": cory_slow_efficient}, seeds=(0, 1, 2))
+    r, k = cory_slow_efficient(3)
+    data.evals += alone_rows("cory", 3, r[:3], k[:3], models=("llm_0", "llm_1"))
+    data.evals += alone_rows("ppo", 3, *ppo_fast(3))
+    c = claim(data, "(1a)")
+    assert c.status == cl.SUPPORTED and c.intervals["value"].n == 3
