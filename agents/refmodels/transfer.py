@@ -201,10 +201,13 @@ def _as_ratio(saved: dict) -> dict:
                         math.isfinite(low) and math.isfinite(high)))
 
 
-def verdict(cross_role: dict) -> str:
+def verdict(result: dict) -> str:
     """present / weak / absent / inconclusive from the transfer's interval, or undefined when
-    PPO's model does not learn measurably (there is no skill to carry over)."""
-    ppo, r = cross_role.get("gain_alone_ppo"), cross_role["ratio"]
+    PPO's model does not learn measurably (there is no skill to carry over). Takes a whole
+    measurement or its summarised `cross_role` part."""
+    if "cross_role" in result:
+        return summarize(result)["verdict"]
+    ppo, r = result.get("gain_alone_ppo"), _as_ratio(result["ratio"])
     if ppo is not None and not (ppo["n"] >= 2 and ppo["low"] > 0) or not r["bounded"]:
         return "undefined"
     if r["low"] >= PRESENT:
