@@ -272,16 +272,18 @@ class RunSpec:
         return f"{self.task}-base"
 
 
-PRIMARY = ("ppo", "cory")  # the pair most claims compare: run first, for every seed
+# Run order, so that a study stopped early can decide the most claims: the pair most claims
+# compare, then the ablations of claim (3), for every seed; then every other method.
+RUN_ORDER = (("ppo", "cory"), ("cory-no-kt", "cory-no-re"))
 
 
 def run_specs(cfg: BenchConfig) -> list[RunSpec]:
-    """All runs: per task and KL setting, PPO and CORY for every seed first, then the other
-    methods seed by seed (a study stopped early has the primary pair complete)."""
-    first = [m for m in cfg.methods if m in PRIMARY]
-    rest = [m for m in cfg.methods if m not in PRIMARY]
+    """All runs: per task and KL setting, each RUN_ORDER group for every seed, then the other
+    methods seed by seed."""
+    groups = [[m for m in cfg.methods if m in g] for g in RUN_ORDER]
+    groups.append([m for m in cfg.methods if not any(m in g for g in RUN_ORDER)])
     return [RunSpec(t, m, s, e) for t in cfg.tasks for e in cfg.etas(t)
-            for group in (first, rest) for s in cfg.seeds for m in group]
+            for group in groups for s in cfg.seeds for m in group]
 
 
 def train_config(cfg: BenchConfig, spec: RunSpec) -> TrainConfig:

@@ -370,3 +370,13 @@ def test_n_agents_runs_chains_and_reports_every_position(tiny_lm, tmp_path):
     assert "in training, last position" in diff and "llm_2" not in diff
     with pytest.raises(ValueError, match="has no 'ppo' run"):
         lines([str(two)], "sentiment", "ppo")
+
+
+def test_runs_are_ordered_so_a_study_stopped_early_decides_the_most_claims():
+    cfg = resolve_config("real")
+    order = [(s.method, s.seed) for s in benchmarks.run_specs(cfg)]
+    seeds = cfg.seeds
+    assert order[:2 * len(seeds)] == [(m, s) for s in seeds for m in ("ppo", "cory")]
+    ablations = order[2 * len(seeds):4 * len(seeds)]
+    assert ablations == [(m, s) for s in seeds for m in ("cory-no-kt", "cory-no-re")]
+    assert {m for m, _ in order[4 * len(seeds):]} == {"cory-official", "ppo-2x"}
