@@ -126,10 +126,7 @@ class Inputs:
 
 def gather(data: RunData, task: str, eta, methods: list[str]) -> Inputs:
     """The claim inputs, with `problem` set when a verdict cannot be given."""
-    raw = {m: data.trajectories(task, m, eta) for m in methods}
-    for m, per_seed in raw.items():  # a seed still running has fewer points: leave it out
-        full = max((len(t.iterations) for t in per_seed.values()), default=0)
-        raw[m] = {s: t for s, t in per_seed.items() if len(t.iterations) == full}
+    raw = {m: data.trajectories(task, m, eta) for m in methods}  # finished seeds only
     seeds = sorted(set.intersection(*(set(t) for t in raw.values()))) if raw else []
     trajs = {m: {s: t[s].smoothed() for s in seeds} for m, t in raw.items()}
     out = Inputs(trajs, seeds, data.alone_reward_scale(task),

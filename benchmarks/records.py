@@ -214,12 +214,15 @@ class RunData:
 
     def trajectories(self, task: str, method: str, eta, model: str | None = None
                      ) -> dict[int, Trajectory]:
-        """seed -> the method's alone trajectory (mean over its models, or one `model`)."""
+        """seed -> the method's alone trajectory (mean over its models, or one `model`). A
+        seed with fewer points than the method's longest is still running and left out."""
         match = {"task": task, "method": method, "sweep_eta": eta}
         if model is not None:
             match["model"] = model
         rows = select(self.evals, **match)
-        return {s: Trajectory.of(select(rows, seed=s)) for s in ordered(r["seed"] for r in rows)}
+        out = {s: Trajectory.of(select(rows, seed=s)) for s in ordered(r["seed"] for r in rows)}
+        full = max((len(t.iterations) for t in out.values()), default=0)
+        return {s: t for s, t in out.items() if len(t.iterations) == full}
 
     def models(self, task: str, method: str, eta) -> list[str]:
         """The method's models that were evaluated alone."""
