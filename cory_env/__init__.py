@@ -12,9 +12,11 @@ from .tasks import (
     registered_tasks,
     task_options,
 )
+from .text import Prompt, copy_rate, text_env, text_parallel_env
 
 __all__ = [
     "AGENTS", "BatchedCoryEnv", "agent_names", "EnvConfig", "Query", "Task", "env",
     "is_exact_match", "make_task", "parallel_env", "raw_env", "register_task",
-    "registered_tasks", "role_order", "task_options",
+    "registered_tasks", "role_order", "task_options", "Prompt", "copy_rate", "text_env",
+    "text_parallel_env",
 ]

@@ -154,6 +154,21 @@ class QuerySource:
         """Whether the order is not llm_0's first (K = 2: llm_1 is the pioneer)."""
         return self.order()[0] != "llm_0"
 
+    @property
+    def prompt_len(self) -> int:
+        """P: prompts are right-aligned in columns [0, P)."""
+        return self.episodes.P
+
+    @property
+    def max_new_tokens(self) -> int:
+        """T: the most tokens an agent may write in its turn."""
+        return self.episodes.T
+
+    @property
+    def turns(self) -> int:
+        """How many agents act per episode (1 for single_agent)."""
+        return self.episodes.n_turns
+
     def order(self) -> tuple[str, ...]:
         """The agents in acting order: the reset option "order", else the rotation's."""
         return self.permutation or role_order(self.rotation, self.config.single_agent,
@@ -216,10 +231,10 @@ class raw_env(QuerySource, AECEnv):
     def __init__(self, **config):
         self.config = EnvConfig.from_kwargs(**config)
         self.render_mode = self.config.render_mode
-        self._ep = self.config.episodes()
-        self.task, self.tokenizer = self._ep.task, self._ep.tokenizer
+        self.episodes = self.config.episodes()
+        self.task, self.tokenizer = self.episodes.task, self.episodes.tokenizer
         self.possible_agents = list(role_order(0, self.config.single_agent, self.config.n_agents))
-        vocab, context, slots = self._ep.vocab, self._ep.L, max(self._ep.n_turns, 2)
+        vocab, context, slots = self.episodes.vocab, self.episodes.L, max(self.episodes.n_turns, 2)
         self._obs_space = observation_space(context, vocab, self.config.action_mask)
         self._act_space = spaces.Discrete(vocab)
         self._mask = np.ones(vocab, dtype=np.int8) if self.config.action_mask else None
@@ -242,7 +257,7 @@ class raw_env(QuerySource, AECEnv):
     # -- episode -----------------------------------------------------------------------------
     def reset(self, seed=None, options=None):
         """Start an episode on a sampled query (or `options["queries"][0]`)."""
-        self._ep.start(self._reset_queries(seed, options, n=1, limit=1), cap=self.turn_cap)
+        self.episodes.start(self._reset_queries(seed, options, n=1, limit=1), cap=self.turn_cap)
         order = self.order()
         self._slot = {agent: slot for slot, agent in enumerate(order)}
         self.agents = list(order)
@@ -255,28 +270,47 @@ class raw_env(QuerySource, AECEnv):
 
     def _info(self, agent) -> dict:
         slot = self._slot[agent]
-        return {"role": self._ep.roles[slot], "task_reward": None, "response": None,
-                "truncated_prompt_tokens": int(self._ep.dropped[slot, 0])}
+        return {"role": self.episodes.roles[slot], "task_reward": None, "response": None,
+                "truncated_prompt_tokens": int(self.episodes.dropped[slot, 0])}
 
     def observe(self, agent):
         """The agent's prompt and its tokens so far (all padding before its turn starts)."""
+        slot = self._slot_of(agent)
+        obs = {"observation": {"input_ids": self.episodes.ids[slot, 0].copy(),
+                               "attention_mask": self.episodes.mask[slot, 0].copy()}}
+        if self._mask is not None:
+            obs["action_mask"] = self._mask
+        return obs
+
+    def _slot_of(self, agent) -> int:
         if not hasattr(self, "_slot"):
             EnvLogger.error_observe_before_reset()
         if agent not in self._slot:
             raise ValueError(f"unknown agent {agent!r}; agents: {list(self._slot)}")
-        slot = self._slot[agent]
-        obs = {"observation": {"input_ids": self._ep.ids[slot, 0].copy(),
-                               "attention_mask": self._ep.mask[slot, 0].copy()}}
-        if self._mask is not None:
-            obs["action_mask"] = self._mask
-        return obs
+        return self._slot[agent]
+
+    def prompt_ids(self, agent) -> np.ndarray:
+        """The agent's prompt token ids (its rendered template; empty before its turn)."""
+        slot, ep = self._slot_of(agent), self.episodes
+        return ep.ids[slot, 0, :ep.P][ep.mask[slot, 0, :ep.P].astype(bool)].copy()
+
+    def answer_ids(self, agent) -> np.ndarray:
+        """The agent's answer token ids so far (EOS included when it ended the answer)."""
+        slot = self._slot_of(agent)
+        ep = self.episodes
+        return ep.ids[slot, 0, ep.P:ep.P + int(ep.resp_len[slot, 0])].copy()
+
+    @property
+    def answer_cap(self) -> int:
+        """The most tokens an answer may have in this episode (max_new_tokens, or the reset's)."""
+        return self.episodes.cap
 
     def state(self):
         """The joint transcript: every position's view in acting order (pioneer first)."""
         if not hasattr(self, "_slot"):
             EnvLogger.error_state_before_reset()
-        return {"input_ids": self._ep.ids[:, 0].reshape(-1).copy(),
-                "attention_mask": self._ep.mask[:, 0].reshape(-1).copy()}
+        return {"input_ids": self.episodes.ids[:, 0].reshape(-1).copy(),
+                "attention_mask": self.episodes.mask[:, 0].reshape(-1).copy()}
 
     def step(self, action):
         """Append the selected agent's token; end its turn on EOS or max_new_tokens."""
@@ -287,28 +321,28 @@ class raw_env(QuerySource, AECEnv):
             self._was_dead_step(action)
             return
         token = np.array([as_token(action)])
-        self._ep.check_tokens(token)
+        self.episodes.check_tokens(token)
         self._cumulative_rewards[agent] = 0.0
         self._clear_rewards()
-        if self._ep.step(token):
+        if self.episodes.step(token):
             slot = self._slot[agent]
-            self.infos[agent]["response"] = self._ep.texts[slot][0]
-            if self._ep.finished:
+            self.infos[agent]["response"] = self.episodes.texts[slot][0]
+            if self.episodes.finished:
                 self._finish()
             else:
-                nxt = self._ep.turn
+                nxt = self.episodes.turn
                 self.agent_selection = self.agents[nxt]
                 self.infos[self.agent_selection]["truncated_prompt_tokens"] = \
-                    int(self._ep.dropped[nxt, 0])
+                    int(self.episodes.dropped[nxt, 0])
         self._accumulate_rewards()
 
     def _finish(self) -> None:
         cap = self.config.max_cycles
-        capped = cap is not None and not self._ep.hit_eos[self._ep.n_turns - 1, 0]
+        capped = cap is not None and not self.episodes.hit_eos[self.episodes.n_turns - 1, 0]
         for agent in self.agents:
             slot = self._slot[agent]
-            self.rewards[agent] = float(self._ep.agent_rewards[slot, 0])
-            self.infos[agent]["task_reward"] = float(self._ep.task_rewards[slot, 0])
+            self.rewards[agent] = float(self.episodes.agent_rewards[slot, 0])
+            self.infos[agent]["task_reward"] = float(self.episodes.task_rewards[slot, 0])
             if capped:  # the episode ran into max_cycles: truncated, as PettingZoo says
                 self.truncations[agent] = True
             else:
@@ -331,15 +365,13 @@ class raw_env(QuerySource, AECEnv):
         """A readable transcript of the current episode."""
         if not self.agents and not hasattr(self, "_slot"):
             return "(no episode)"
-        lines = [f"query: {self._ep.queries[0].text!r}"]
+        lines = [f"query: {self.episodes.queries[0].text!r}"]
         for agent, slot in self._slot.items():
-            lens = int(self._ep.resp_len[slot, 0])
-            prompt = self.tokenizer.decode(self._ep.ids[slot, 0, : self._ep.P][
-                self._ep.mask[slot, 0, : self._ep.P].astype(bool)].tolist())
-            response = self.tokenizer.decode(self._ep.ids[slot, 0, self._ep.P:][:lens].tolist())
-            line = f"[{agent} {self._ep.roles[slot]}] {prompt!r} -> {response!r}"
-            if self._ep.task_rewards is not None:
-                line += f"  r={self._ep.task_rewards[slot, 0]:+.3f}"
+            prompt = self.tokenizer.decode(self.prompt_ids(agent).tolist())
+            response = self.tokenizer.decode(self.answer_ids(agent).tolist())
+            line = f"[{agent} {self.episodes.roles[slot]}] {prompt!r} -> {response!r}"
+            if self.episodes.task_rewards is not None:
+                line += f"  r={self.episodes.task_rewards[slot, 0]:+.3f}"
             lines.append(line)
         return "\n".join(lines)
 

@@ -37,16 +37,6 @@ class BatchedCoryEnv(QuerySource):
         self._init_queries()
 
     @property
-    def prompt_len(self) -> int:
-        """P: prompts are right-aligned in columns [0, P)."""
-        return self.episodes.P
-
-    @property
-    def max_new_tokens(self) -> int:
-        """T: the most tokens an agent may write in its turn."""
-        return self.episodes.T
-
-    @property
     def finished(self) -> bool:
         """True once the observer's turn ended and rewards are known."""
         return self.episodes.finished

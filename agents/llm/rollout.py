@@ -78,8 +78,7 @@ def play_turn(env: BatchedCoryEnv, policy, sampling=None,
               forced: torch.Tensor | None = None, share: bool = True) -> list[Step]:
     """Play the env's current turn for every episode with `policy`; return its sampled steps.
 
-    The one decode loop of the project: the prompt pass once (KV cache), then one sample and
-    one cached step per token until the turn ends. In a group rollout whose prompts repeat
+    Decodes with `decode` until the turn ends. In a group rollout whose prompts repeat
     (the pioneer's turn), each distinct prompt is passed once and its cache shared by the G
     answers (`share=False`: one pass per row). `forced` (B, T) token ids are played instead,
     with no model pass (and no steps returned).
@@ -95,14 +94,29 @@ def play_turn(env: BatchedCoryEnv, policy, sampling=None,
     P, T = env.prompt_len, env.max_new_tokens
     ids, mask = obs["input_ids"].to(device), obs["attention_mask"].to(device)
     G = shared_prompts(ids[:, :P], mask[:, :P], getattr(env, "group_size", 1)) if share else 1
-    state = policy.begin(ids[::G, :P], mask[::G, :P], sampling, max_new_tokens=T, repeat=G)
+
+    def play(token):  # step the env; the rows that wrote this token, or None when it is over
+        nonlocal obs
+        active = obs["active"].to(device)
+        obs, *_ = env.step(token)
+        return None if env.finished or env.agent_selection != agent else active
+
+    return decode(policy, ids[::G, :P], mask[::G, :P], T, play, sampling, generator, repeat=G)
+
+
+@torch.inference_mode()
+def decode(policy, ids, mask, max_new_tokens: int, play, sampling=None,
+           generator: torch.Generator | None = None, repeat: int = 1) -> list[Step]:
+    """The one decode loop of the project: the (B, P) prompt pass once (KV cache), then per
+    token one sample and, unless `play(token)` says the turn is over (None), one cached step
+    for the rows it returns as active."""
+    state = policy.begin(ids, mask, sampling, max_new_tokens=max_new_tokens, repeat=repeat)
     steps = []
     while True:
-        active = obs["active"].to(device)
         step = policy.sample(state, generator)
         steps.append(step)
-        obs, *_ = env.step(step.token)
-        if env.finished or env.agent_selection != agent:
+        active = play(step.token)
+        if active is None:
             return steps
         policy.feed(state, step.token, active)
 

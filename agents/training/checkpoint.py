@@ -85,6 +85,19 @@ def run_config(cfg) -> dict[str, object]:
     return out
 
 
+def saved_config(state: dict):
+    """The TrainConfig a checkpoint was written under (its `run_config` read back)."""
+    from . import cli
+    from .train import TrainConfig
+
+    values = {}
+    for key, value in state["config"].items():
+        path = tuple(key.split("."))
+        _, tp = cli.field_at(TrainConfig, path)
+        values[path] = cli.literal(value) if isinstance(value, str) and tp is not str else value
+    return cli.apply(TrainConfig(), values).validate()
+
+
 def config_differences(saved: dict, now: dict, allowed=RESUMABLE_CHANGES, label: str = "now"
                        ) -> tuple[list[str], list[str]]:
     """(refused, allowed): 'field: saved X, now Y' for each setting of two `run_config`s that

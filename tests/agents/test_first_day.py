@@ -113,7 +113,7 @@ def test_built_in_names_cannot_be_replaced():
 
 # ----------------------------------------------------------------------------- checkpoints
 def _exercise_learners():
-    from examples.exercises import ex1_learner, ex2_rewards  # noqa: F401  (they register)
+    from examples.exercises import ex2_learner, ex3_rewards  # noqa: F401  (they register)
 
     return registered_learners()
 
@@ -132,7 +132,7 @@ def test_every_registered_learner_resumes_bit_for_bit(toy_lm, tmp_path, method):
 
 
 def test_a_learners_own_state_is_saved(toy_lm, tmp_path):
-    from examples.exercises.ex1_learner import ReinforceEMA  # noqa: F401
+    from examples.exercises.ex2_learner import ReinforceEMA  # noqa: F401
 
     trainer = Trainer(config(toy_lm, "reinforce-ema"))
     trainer.step()

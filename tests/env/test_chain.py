@@ -77,13 +77,13 @@ def play(env, tokens_by_position):
         if agent not in prompts:
             ids = obs["observation"]["input_ids"]
             mask = obs["observation"]["attention_mask"].astype(bool)
-            P = env.unwrapped._ep.P
+            P = env.unwrapped.episodes.P
             prompts[agent] = env.unwrapped.tokenizer.decode(ids[:P][mask[:P]].tolist())
             prompts[agent + "_t"] = 0
         t = prompts[agent + "_t"]
         prompts[agent + "_t"] += 1
         env.step(tokens_by_position[k][t])
-        if env.unwrapped._ep.finished and end is None:
+        if env.unwrapped.episodes.finished and end is None:
             end = dict(env.rewards), {a: dict(i) for a, i in env.infos.items()}
     return prompts, *end
 
@@ -144,7 +144,7 @@ def test_a_template_that_names_a_later_answer_is_refused():
 
 
 def test_context_grows_with_k_or_a_short_one_is_named():
-    sizes = [cory_env.env(task="course", n_agents=k).unwrapped._ep.L for k in (2, 3, 4)]
+    sizes = [cory_env.env(task="course", n_agents=k).unwrapped.episodes.L for k in (2, 3, 4)]
     assert sizes == [10, 14, 18]  # 4 static + 1 query + k-1 hints of (2 + T) ... + T
     with pytest.warns(UserWarning, match="context_len=10 is too short for 3 agents.*raise "
                                          "context_len to 14"):
@@ -179,8 +179,8 @@ def test_batched_env_equals_aec_env_step_for_step(k, rotation, mode):
         env.reset(options={"queries": [int(batched.query_indices[i])], "rotation": rotation})
         assert env.agents == batched.agents
         seen = set()
-        while not env._ep.finished:
-            agent, ep = env.agent_selection, env._ep
+        while not env.episodes.finished:
+            agent, ep = env.agent_selection, env.episodes
             if agent not in seen:
                 seen.add(agent)
                 np.testing.assert_array_equal(env.observe(agent)["observation"]["input_ids"],

@@ -9,25 +9,37 @@ import torch
 from pettingzoo.test import api_test
 
 import cory_env
-from examples.exercises import ex1_learner, ex2_rewards, ex3_structure, ex4_task
+from examples.exercises import ex1_text, ex2_learner, ex3_rewards, ex4_structure, ex5_task
 
 
-def test_ex1_own_learner_learns():
-    curve = ex1_learner.main(["--iterations", "8"])
+def test_ex1_string_policies_play_a_trained_model():
+    out = ex1_text.main(["--iterations", "8", "--episodes", "16"])
+    assert out["rule -> copycat"]["pioneer"]["reward"] == 2.0  # the rule is the best answer
+    assert out["rule -> copycat"]["observer"] == {"reward": 2.0, "copy_rate": 1.0}
+    assert out["untrained -> copycat"]["pioneer"]["reward"] < 1.0
+    trained = out["trained -> copycat"]["pioneer"]["reward"]
+    assert trained > out["untrained -> copycat"]["pioneer"]["reward"] + 1.0
+    assert out["rule -> trained"]["observer"]["reward"] > 1.0
+    assert ex1_text.rule("colour of snow ? hint : red") == "white white"
+    assert ex1_text.copycat("colour of snow ? hint : red blue") == "red blue"
+
+
+def test_ex2_own_learner_learns():
+    curve = ex2_learner.main(["--iterations", "8"])
     assert sum(curve[-2:]) / 2 > sum(curve[:2]) / 2 + 0.4, curve
 
 
-def test_ex2_difference_rewards_remove_the_other_agents_noise():
+def test_ex3_difference_rewards_remove_the_other_agents_noise():
     own = torch.tensor([1.0, 0.0, 2.0, 1.0])
     other = torch.tensor([5.0, -3.0, 0.0, 2.0])
-    d = ex2_rewards.difference_rewards(own, own + other)
+    d = ex3_rewards.difference_rewards(own, own + other)
     torch.testing.assert_close(d, own - own.mean())  # no trace of the other agent
-    out = ex2_rewards.main(["--iterations", "2"])
+    out = ex3_rewards.main(["--iterations", "2"])
     assert set(out) == {"cory", "cory-individual", "ippo-difference"}
 
 
-def test_ex3_structure_flags_change_roles_and_prompts():
-    out = ex3_structure.main(["--iterations", "4"])
+def test_ex4_structure_flags_change_roles_and_prompts():
+    out = ex4_structure.main(["--iterations", "4"])
     assert [m["llm_0"]["role"] for m in out["cory-no-re"]] == ["pioneer"] * 4
     assert [m["llm_0"]["role"] for m in out["cory"]] == ["pioneer"] * 3 + ["observer"]
     for history in out.values():  # the policies start as the reference, then move away
@@ -35,8 +47,8 @@ def test_ex3_structure_flags_change_roles_and_prompts():
         assert history[-1]["llm_1"]["kl"] > 1e-4
 
 
-def test_ex4_new_task_follows_the_api_and_pays_as_documented():
-    assert ex4_task.main() == 1.0
+def test_ex5_new_task_follows_the_api_and_pays_as_documented():
+    assert ex5_task.main() == 1.0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         api_test(cory_env.env(task="echo"), num_cycles=100)

@@ -1,11 +1,11 @@
-"""Exercise 2 (solution): collective, individual and difference rewards.
+"""Exercise 3 (solution): collective, individual and difference rewards.
 
 Difference rewards (Wolpert & Tumer) pay agent i  D_i = G(z) - G(z with i's part replaced by a
 default). CORY's team reward is additive, G = r_pio + r_obs; with the default "an average
 answer" (the batch mean of r_i), D_i = r_i - mean(r_i): the other agent's noise drops out of
 agent i's credit, while the collective reward keeps it.
 
-Run: python -m examples.exercises.ex2_rewards
+Run: python -m examples.exercises.ex3_rewards
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""Exercise 3 (solution): switch knowledge transfer and role exchange off and on.
+"""Exercise 4 (solution): switch knowledge transfer and role exchange off and on.
 
 With knowledge transfer the observer can copy a good pioneer answer instead of moving its own
 policy far from the reference, so its KL stays lower; role exchange makes both models spend
 time as the observer. Turning either off removes that and KL tends to rise (the paper's
 ablations, Sec. 4.3). At this toy scale the effect is noisy: compare several seeds.
 
-Run: python -m examples.exercises.ex3_structure
+Run: python -m examples.exercises.ex4_structure
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""Exercise 4 (solution): write a new task with its own reward.
+"""Exercise 5 (solution): write a new task with its own reward.
 
 `echo`: the query is a thing from the course vocabulary; the reward is 1 when the response
 repeats that thing, 0.5 when it names the thing's colour, else 0.
 
-Run: python -m examples.exercises.ex4_task
+Run: python -m examples.exercises.ex5_task
 """
 
 from __future__ import annotations

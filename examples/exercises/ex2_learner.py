@@ -1,6 +1,6 @@
-"""Exercise 1 (solution): your own learner, REINFORCE with a moving-average baseline.
+"""Exercise 2 (solution): your own learner, REINFORCE with a moving-average baseline.
 
-Run: python -m examples.exercises.ex1_learner
+Run: python -m examples.exercises.ex2_learner
 """
 
 from __future__ import annotations
