@@ -121,17 +121,6 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
 
 
-def copy_rate(pioneer_texts: Sequence[str], observer_texts: Sequence[str]) -> float:
-    """Share of episodes whose observer answer equals the pioneer's verbatim (after strip)."""
-    if len(pioneer_texts) != len(observer_texts):
-        raise ValueError(f"texts are not aligned: {len(pioneer_texts)} pioneer vs "
-                         f"{len(observer_texts)} observer")
-    if not pioneer_texts:
-        return float("nan")
-    same = sum(p.strip() == o.strip() for p, o in zip(pioneer_texts, observer_texts))
-    return same / len(pioneer_texts)
-
-
 @dataclass(frozen=True)
 class Trajectory:
     """One seed's alone-evaluation points of a method (or model), in iteration order."""

@@ -32,11 +32,12 @@ from agents.training.runlog import (
 )
 from agents.training.train import TrainConfig, Trainer
 from cory_env.files import atomic_write, remove_dir, remove_orphans
+from cory_env.text import copy_rate
 
 from . import report
 from .config import BenchConfig, RunSpec, check_resume, from_saved, run_specs, train_config
 from .evaluate import evaluate_alone, evaluation_due
-from .records import copy_rate, select
+from .records import select
 
 FORMAT = 2
 ID_COLUMNS = ("task", "method", "seed", "sweep_eta", "run", "iteration", "agent", "role",

@@ -1,6 +1,6 @@
 """Tasks: the Task interface, the registry and the built-in tasks."""
 
-from . import hf, offline, reasoning, reviews  # noqa: F401  (registers the built-in tasks)
+from . import hf, offline, reasoning, reviews, textarena  # noqa: F401  (the built-in tasks)
 from .base import (
            Query,
            Task,

@@ -12,7 +12,7 @@ download and the env steps in microseconds.
 Knowledge transfer: the observer's prompt shows the pioneer's answer after "hint :", so an
 observer that reads its context can copy a good answer; with `knowledge_transfer=False` it gets
 only the pioneer's prompt. In a chain of K > 2 agents position k sees one "hint :" per earlier
-answer. (The small MLP policy of `agents/tianshou_adapter.py` learns about
+answer. (The small MLP policy of `agents/interop/tianshou.py` learns about
 equally fast either way: for a net without an LLM's knack for copying from context, copying a
 word is no easier than learning the 8 thing -> colour pairs.)
 """

@@ -58,18 +58,18 @@ def test_a_gguf_model_trains_on_reasoning_and_resumes_bit_for_bit(tiny_gguf, tmp
 
 
 @pytest.mark.slow
-def test_the_benchmark_runs_a_gguf_model_on_reviews_and_reasoning(tiny_gguf, tmp_path):
+def test_the_benchmark_runs_a_gguf_model_on_reviews_and_library_tasks(tiny_gguf, tmp_path):
     from benchmarks.run import main
 
     out = tmp_path / "run"
-    main(["--model", tiny_gguf, "--tasks", "reviews,reasoning", "--methods", "ppo,cory",
+    main(["--model", tiny_gguf, "--tasks", "reviews,reasoning,textarena", "--methods", "ppo,cory",
           "--quick", "--max-new-tokens", "6", "--out", str(out), "--no-progress"])
     evals = [json.loads(x) for x in (out / "alone.jsonl").read_text().splitlines()]
-    assert {e["task"] for e in evals} == {"reviews", "reasoning"}
-    assert all("pass@1" in e for e in evals if e["task"] == "reasoning")  # exact match
+    assert {e["task"] for e in evals} == {"reviews", "reasoning", "textarena"}
+    assert all("pass@1" in e for e in evals if e["task"] != "reviews")  # exact match
     assert not any("pass@1" in e for e in evals if e["task"] == "reviews")
     report = (out / "report.md").read_text()
-    assert "reasoning" in report and "reviews" in report
+    assert "reasoning" in report and "reviews" in report and "textarena" in report
 
 
 @pytest.mark.slow

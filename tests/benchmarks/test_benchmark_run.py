@@ -13,6 +13,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 import benchmarks
+import cory_env
 from benchmarks import RunFolder, resolve_config, run_benchmark, runner
 from benchmarks import claims as cl
 from benchmarks import records as rec
@@ -319,9 +320,9 @@ def test_pass_at_k_matches_hand_values():
 
 
 def test_copy_rate():
-    assert rec.copy_rate(["a b", "c", "d"], ["a b ", "x", "d"]) == pytest.approx(2 / 3)
+    assert cory_env.copy_rate(["a b", "c", "d"], ["a b ", "x", "d"]) == pytest.approx(2 / 3)
     with pytest.raises(ValueError, match="not aligned"):
-        rec.copy_rate(["a"], ["a", "b"])
+        cory_env.copy_rate(["a"], ["a", "b"])
 
 
 def test_run_py_works_as_a_script():
