@@ -92,6 +92,19 @@ def load_policy(spec: str) -> Policy:
     return found
 
 
+def parse_policies(items, roles) -> dict[str, Policy]:
+    """`--policy ROLE=SPEC` items as {role: function}, naming a bad item or role."""
+    policies = {}
+    for item in items:
+        role, sep, spec = (x.strip() for x in item.partition("="))
+        if not sep:
+            raise ValueError(f"--policy takes ROLE=SPEC, got {item!r}")
+        if role not in roles:
+            raise ValueError(f"--policy {item!r}: no role {role!r}; the roles are {list(roles)}")
+        policies[role] = load_policy(spec)
+    return policies
+
+
 def main(argv=None) -> dict:
     """Play a few episodes per task, print each transcript and the roles' scores."""
     p = argparse.ArgumentParser(description=__doc__, allow_abbrev=False,
@@ -114,15 +127,7 @@ def main(argv=None) -> dict:
             raise ValueError(f"--n-agents must be at least 2, got {args.n_agents}")
         if args.episodes < 1:
             raise ValueError(f"--episodes must be at least 1, got {args.episodes}")
-        policies = {}
-        for item in args.policy:
-            role, sep, spec = item.partition("=")
-            if not sep:
-                raise ValueError(f"--policy takes ROLE=SPEC, got {item!r}")
-            if role.strip() not in role_names(args.n_agents):
-                raise ValueError(f"--policy {item!r}: no role {role.strip()!r}; the roles are "
-                                 f"{list(role_names(args.n_agents))}")
-            policies[role.strip()] = load_policy(spec.strip())
+        policies = parse_policies(args.policy, role_names(args.n_agents))
     except ValueError as err:
         p.error(str(err))
     out = {}

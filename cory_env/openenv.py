@@ -1,0 +1,149 @@
+"""The text env as an OpenEnv environment: an OpenEnv client plays a role over HTTP/WebSocket.
+
+    python -m cory_env.openenv --task course --role observer --port 8000 \\
+        --policy pioneer=examples.exercises.ex1_text:rule
+
+    from openenv.core import GenericEnvClient          # the client, anywhere
+    with GenericEnvClient(base_url="http://127.0.0.1:8000").sync() as env:
+        result = env.reset(seed=0)             # result.observation["prompt"], ["role"]
+        result = env.step({"answer": "white"}) # ... until result.done; result.reward
+
+The server holds `cory_env.text_env(**config)`. The client plays `role` (every role in turn
+when none is given): each observation is the prompt of the role that acts next, and the
+server answers for the other roles with their functions (`--policy ROLE=module:name`; random
+tokens for a role without one). When the episode ends the observation is done, its reward
+is the client's role's (the team's, r_pio + r_obs, under the collective reward), and it
+holds every role's task reward and answer. `state` is the episode's transcript.
+Each WebSocket session gets its own env; OpenEnv's HTTP reset/step are one-shot calls.
+Needs `pip install 'cory[openenv]'`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from typing import Any
+
+from openenv.core.env_server import Action, Environment, Observation, State, create_fastapi_app
+
+from .core import role_names
+from .demo import Policy, parse_policies, random_policy
+from .text import text_env
+
+
+class CoryAction(Action):
+    """The acting role's answer."""
+
+    answer: str
+
+
+class CoryObservation(Observation):
+    """The prompt of the role that acts next (empty once the episode is done)."""
+
+    prompt: str = ""
+    agent: str = ""
+    role: str = ""
+    task_rewards: dict[str, float] = {}  # once done: every role's task reward
+    answers: dict[str, str] = {}  # once done: every role's answer as the env kept it
+
+
+class CoryState(State):
+    """The episode so far: every position's prompt and answer, in acting order."""
+
+    transcript: str = ""
+
+
+class CoryOpenEnv(Environment):
+    """CORY's text env behind OpenEnv's reset/step/state (see the module docstring)."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self, role: str | None = None, policies: Mapping[str, Policy] | None = None,
+                 **config):
+        super().__init__()
+        self.game = text_env(**config)
+        roles = role_names(self.game.unwrapped.tokens.turns)
+        policies = dict(policies or {})
+        for name in [role, *policies]:
+            if name is not None and name not in roles:
+                raise ValueError(f"no role {name!r} in this env; its roles are {list(roles)}")
+        self.role, self.policies = role, policies
+        self.fallback = random_policy(self.game.unwrapped.tokenizer,
+                                      self.game.unwrapped.tokens.max_new_tokens)
+        self._state, self._started = CoryState(), False
+
+    def reset(self, seed: int | None = None, episode_id: str | None = None,
+              options: dict | None = None, **kwargs: Any) -> CoryObservation:
+        """Start an episode (the text env's seed and reset options); play up to the client."""
+        self.game.reset(seed=seed, options=options)
+        self._state, self._started = CoryState(episode_id=episode_id, step_count=0), True
+        return self._advance()
+
+    def step(self, action: CoryAction, timeout_s: float | None = None,
+             **kwargs: Any) -> CoryObservation:
+        """Play the client's answer, then the hosted roles, up to the client's next turn."""
+        if self._done():
+            raise RuntimeError("the episode is over: reset() first")
+        self.game.step(action.answer)
+        self._state.step_count += 1
+        return self._advance()
+
+    @property
+    def state(self) -> CoryState:
+        """The episode id, the client's steps and the transcript so far."""
+        if self._started:
+            self._state.transcript = str(self.game.unwrapped.state())
+        return self._state
+
+    def _done(self) -> bool:
+        env = self.game.unwrapped
+        return all(env.terminations.get(a, True) or env.truncations.get(a, False)
+                   for a in env.possible_agents)
+
+    def _advance(self) -> CoryObservation:
+        env = self.game.unwrapped
+        while not self._done():
+            agent = env.agent_selection
+            role = env.infos[agent]["role"]
+            if self.role is None or role == self.role:
+                return CoryObservation(prompt=str(env.observe(agent)), agent=agent, role=role)
+            self.game.step(self.policies.get(role, self.fallback)(str(env.observe(agent))))
+        infos = {a: env.infos[a] for a in env.possible_agents}
+        mine = next((a for a, i in infos.items() if i["role"] == (self.role or "pioneer")))
+        return CoryObservation(
+            done=True, reward=float(env.rewards[mine]),
+            task_rewards={i["role"]: i["task_reward"] for i in infos.values()},
+            answers={i["role"]: i["response"] for i in infos.values()})
+
+
+def app(role: str | None = None, policies: Mapping[str, Policy] | None = None, **config):
+    """The FastAPI app serving a fresh `CoryOpenEnv(role, policies, **config)` per session."""
+    CoryOpenEnv(role, policies, **config)  # bad settings fail here, before serving
+    return create_fastapi_app(lambda: CoryOpenEnv(role, policies, **config), CoryAction,
+                              CoryObservation, max_concurrent_envs=8)
+
+
+def main(argv=None) -> None:
+    """Serve the text env on localhost for OpenEnv clients."""
+    p = argparse.ArgumentParser(description=__doc__, allow_abbrev=False,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--task", default="course")
+    p.add_argument("--role", default=None, help="the role the client plays (none: all)")
+    p.add_argument("--policy", action="append", default=[], metavar="ROLE=SPEC",
+                   help="a str -> str function for a hosted role, e.g. pioneer=mymod:answer")
+    p.add_argument("--n-agents", type=int, default=2)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    args = p.parse_args(argv)
+    try:
+        policies = parse_policies(args.policy, role_names(args.n_agents))
+        server = app(args.role, policies, task=args.task, n_agents=args.n_agents)
+    except ValueError as err:
+        p.error(str(err))
+    import uvicorn
+
+    uvicorn.run(server, host=args.host, port=args.port)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""The text env behind OpenEnv: a real OpenEnv client plays a role over loopback."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("openenv.core")
+import uvicorn  # noqa: E402
+from openenv.core import GenericEnvClient  # noqa: E402
+
+import cory_env  # noqa: E402
+from cory_env.openenv import CoryAction, CoryOpenEnv, app  # noqa: E402
+from cory_env.tasks.course import THINGS  # noqa: E402
+
+
+def right(prompt: str) -> str:
+    return THINGS[prompt.split()[2]]
+
+
+def copy(prompt: str) -> str:
+    return prompt.split("hint :")[1].strip()
+
+
+@pytest.fixture
+def serve():
+    servers = []
+
+    def start(*args, **kwargs) -> str:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        server = uvicorn.Server(uvicorn.Config(app(*args, **kwargs), host="127.0.0.1",
+                                               port=port, log_level="critical"))
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        deadline = time.time() + 30
+        while not server.started:
+            assert time.time() < deadline, "the server did not start"
+            time.sleep(0.02)
+        servers.append((server, thread))
+        return f"http://127.0.0.1:{port}"
+
+    yield start
+    for server, thread in servers:
+        server.should_exit = True
+        thread.join(10)
+
+
+def local(seed: int, answers: dict) -> dict:
+    """The text env played in process with the same seed: each role's task reward."""
+    game, out = cory_env.text_env(task="course"), {}
+    game.reset(seed=seed)
+    for _ in game.agent_iter():
+        prompt, _, term, trunc, info = game.last()
+        if term or trunc:
+            out[info["role"]] = info["task_reward"]
+        game.step(None if term or trunc else answers[info["role"]](str(prompt)))
+    return out
+
+
+def test_a_client_plays_the_observer_against_a_hosted_pioneer(serve):
+    url = serve("observer", {"pioneer": lambda p: "red"}, task="course")
+    with GenericEnvClient(base_url=url).sync() as env:
+        for seed in range(5):  # a bounded loop: one step per episode
+            result = env.reset(seed=seed)
+            obs = result.observation
+            assert obs["role"] == "observer" and obs["prompt"].endswith("hint : red")
+            answer = right(obs["prompt"]) if seed % 2 else copy(obs["prompt"])
+            result = env.step({"answer": answer})
+            assert result.done
+            colour = right(obs["prompt"])
+            expected = {"pioneer": float(colour == "red"), "observer": float(answer == colour)}
+            assert result.observation["task_rewards"] == expected
+            assert result.reward == sum(expected.values())  # the collective reward
+            assert result.observation["answers"] == {"pioneer": "red", "observer": answer}
+        assert env.state()["transcript"].endswith(answer)
+
+
+def test_a_client_can_play_every_role_and_earns_the_text_envs_rewards(serve):
+    url = serve(task="course")
+    with GenericEnvClient(base_url=url).sync() as env:
+        for seed in (3, 4):
+            result = env.reset(seed=seed)
+            roles = []
+            for _ in range(4):  # two turns, then done
+                if result.done:
+                    break
+                roles.append(result.observation["role"])
+                policy = right if result.observation["role"] == "pioneer" else copy
+                result = env.step({"answer": policy(result.observation["prompt"])})
+            assert roles == ["pioneer", "observer"] and result.done
+            assert result.observation["task_rewards"] == \
+                local(seed, {"pioneer": right, "observer": copy}) == \
+                {"pioneer": 1.0, "observer": 1.0}
+
+
+def test_bad_roles_are_refused_before_serving_and_a_finished_episode_says_so():
+    with pytest.raises(ValueError, match="no role 'judge'"):
+        app("judge", task="course")
+    env = CoryOpenEnv("pioneer", {"observer": copy}, task="course")
+    first = env.reset(seed=0)
+    done = env.step(CoryAction(answer=right(first.prompt)))
+    assert done.done and done.reward == 2.0  # the hosted copycat copies a right answer
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step(CoryAction(answer="red"))
