@@ -129,21 +129,16 @@ def forward_flops(tokens: int, seq: int, dims: tuple[int, int, int]) -> float:
 
 # ----------------------------------------------------------------------------- one job
 
-def train_config(shape: Shape, model: Path, method: str, device: str, compiled: bool):
-    """The TrainConfig of one job."""
-    from agents.learners.ppo import PPOConfig
-    from agents.llm.loading import LoraSettings
-    from agents.llm.sampling import SamplingConfig
-    from agents.training.train import TrainConfig
+def job_config(shape: Shape, model: Path, method: str, device: str, compiled: bool):
+    """The TrainConfig of one job: `workload.train_config` with the shape's settings."""
+    from workload import train_config
 
-    ppo = PPOConfig(batch_size=shape.batch_size, mini_batch_size=shape.mini_batch_size,
-                    grad_accum_steps=shape.grad_accum_steps, ppo_epochs=4, kl_penalty="full",
-                    **shape.extra)
-    return TrainConfig(task=shape.task, method=method, model=str(model), iterations=10**6,
-                       batch_size=shape.batch_size, max_new_tokens=shape.max_new_tokens,
-                       device=device, ppo=ppo, lora=LoraSettings(r=16) if shape.lora else None,
-                       load_in_4bit=shape.load_in_4bit, torch_compile=compiled,
-                       sampling=SamplingConfig(top_k=0, top_p=1.0))
+    extra = {f"ppo__{k}": v for k, v in shape.extra.items()}
+    return train_config(str(model), method, task=shape.task, batch_size=shape.batch_size,
+                        mini_batch_size=shape.mini_batch_size,
+                        max_new_tokens=shape.max_new_tokens, device=device,
+                        ppo__grad_accum_steps=shape.grad_accum_steps, lora=shape.lora,
+                        load_in_4bit=shape.load_in_4bit, torch_compile=compiled, **extra)
 
 
 class PhaseClock:
@@ -209,7 +204,7 @@ def run_job(args) -> dict:
     cuda = args.device.startswith("cuda")
     if cuda:
         torch.backends.cuda.matmul.allow_tf32 = True
-    cfg = train_config(shape, Path(args.model), args.method, args.device, args.compile)
+    cfg = job_config(shape, Path(args.model), args.method, args.device, args.compile)
     t0 = time.perf_counter()
     trainer = Trainer(cfg)
     load_s = time.perf_counter() - t0
