@@ -80,6 +80,9 @@ class raw_text_env(AECEnv):
                 "is_parallelizable": True}
 
     def __init__(self, **config):
+        if config.get("action_mask"):
+            raise ValueError("action_mask=True has no meaning in the text env (its actions are "
+                             "strings); leave it False")
         self.tokens = raw_env(**config)
         self.config, self.task = self.tokens.config, self.tokens.task
         self.tokenizer, self.render_mode = self.tokens.tokenizer, self.tokens.render_mode

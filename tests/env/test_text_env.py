@@ -117,6 +117,8 @@ def test_observations_and_spaces():
     assert space.contains("red blue") and space.max_length >= 2 * len("yellow")
     with pytest.raises(TypeError, match="answer as a str, got 3"):
         game.step(3)
+    with pytest.raises(ValueError, match="action_mask=True"):
+        cory_env.text_env(task="course", action_mask=True)
 
 
 def test_evaluate_reports_each_roles_reward_and_copy_rate():
