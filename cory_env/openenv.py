@@ -24,7 +24,12 @@ import argparse
 from collections.abc import Mapping
 from typing import Any
 
-from openenv.core.env_server import Action, Environment, Observation, State, create_fastapi_app
+try:
+    from openenv.core.env_server import (Action, Environment, Observation, State,
+                                          create_fastapi_app)
+except ModuleNotFoundError as err:  # an optional extra
+    raise ModuleNotFoundError(f"cory_env.openenv needs openenv-core ({err}): "
+                              f"pip install 'cory[openenv]'") from None
 
 from .core import role_names
 from .demo import Policy, parse_policies, random_policy
