@@ -25,8 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 try:
-    from openenv.core.env_server import (Action, Environment, Observation, State,
-                                          create_fastapi_app)
+    from openenv.core.env_server import Action, Environment, Observation, State, create_fastapi_app
 except ModuleNotFoundError as err:  # an optional extra
     raise ModuleNotFoundError(f"cory_env.openenv needs openenv-core ({err}): "
                               f"pip install 'cory[openenv]'") from None
