@@ -39,6 +39,21 @@ def random_policy(tokenizer, max_new_tokens: int, seed: int = 0) -> Policy:
     return answer
 
 
+def seat(game, policies: Mapping[str, Policy] | Policy | None, seed: int = 0
+         ) -> dict[str, Policy]:
+    """{role: function} for every role of a text env: the given ones (one function: all
+    roles), random answers for the rest; a role the env does not have is a ValueError."""
+    roles = role_names(game.unwrapped.tokens.turns)
+    if callable(policies):
+        policies = dict.fromkeys(roles, policies)
+    policies = dict(policies or {})
+    unknown = sorted(set(policies) - set(roles))
+    if unknown:
+        raise ValueError(f"no role {unknown} in this env; its roles are {list(roles)}")
+    fallback = random_policy(game.unwrapped.tokenizer, game.unwrapped.tokens.max_new_tokens, seed)
+    return {role: policies.get(role, fallback) for role in roles}
+
+
 def evaluate(policies: Mapping[str, Policy] | Policy, episodes: int = 16, seed: int = 0,
              **config) -> dict:
     """Play `episodes` episodes of `text_env(**config)` with one function per role (or one for
@@ -47,13 +62,8 @@ def evaluate(policies: Mapping[str, Policy] | Policy, episodes: int = 16, seed: 
     if not isinstance(episodes, int) or episodes < 1:
         raise ValueError(f"episodes must be a positive integer, got {episodes!r}")
     game = text_env(**config)
-    roles = role_names(game.unwrapped.tokens.turns)
-    if callable(policies):
-        policies = dict.fromkeys(roles, policies)
-    unknown = sorted(set(policies) - set(roles))
-    if unknown:
-        raise ValueError(f"no role {unknown} in this env; its roles are {list(roles)}")
-    fallback = random_policy(game.unwrapped.tokenizer, game.unwrapped.tokens.max_new_tokens, seed)
+    seats = seat(game, policies, seed)
+    roles = list(seats)
     played = []
     for episode in range(episodes):
         game.reset(seed=seed if episode == 0 else None)
@@ -65,7 +75,7 @@ def evaluate(policies: Mapping[str, Policy] | Policy, episodes: int = 16, seed: 
                 record[info["role"]]["answer"] = info["response"]
                 game.step(None)
                 continue
-            answer = policies.get(info["role"], fallback)(prompt)
+            answer = seats[info["role"]](prompt)
             if not isinstance(answer, str):
                 raise TypeError(f"the {info['role']}'s policy returned {type(answer).__name__} "
                                 f"({answer!r:.60}), not a str")

@@ -31,7 +31,7 @@ except ModuleNotFoundError as err:  # an optional extra
                               f"pip install 'cory[openenv]'") from None
 
 from .core import role_names
-from .demo import Policy, parse_policies, random_policy
+from .demo import Policy, parse_policies, seat
 from .text import text_env
 
 
@@ -66,14 +66,10 @@ class CoryOpenEnv(Environment):
                  **config):
         super().__init__()
         self.game = text_env(**config)
-        roles = role_names(self.game.unwrapped.tokens.turns)
-        policies = dict(policies or {})
-        for name in [role, *policies]:
-            if name is not None and name not in roles:
-                raise ValueError(f"no role {name!r} in this env; its roles are {list(roles)}")
-        self.role, self.policies = role, policies
-        self.fallback = random_policy(self.game.unwrapped.tokenizer,
-                                      self.game.unwrapped.tokens.max_new_tokens)
+        self.seats = seat(self.game, policies)  # the hosted roles' functions
+        if role is not None and role not in self.seats:
+            raise ValueError(f"no role {role!r} in this env; its roles are {list(self.seats)}")
+        self.role = role
         self._state, self._started = CoryState(), False
 
     def reset(self, seed: int | None = None, episode_id: str | None = None,
@@ -111,7 +107,7 @@ class CoryOpenEnv(Environment):
             role = env.infos[agent]["role"]
             if self.role is None or role == self.role:
                 return CoryObservation(prompt=str(env.observe(agent)), agent=agent, role=role)
-            self.game.step(self.policies.get(role, self.fallback)(str(env.observe(agent))))
+            self.game.step(self.seats[role](str(env.observe(agent))))
         infos = {a: env.infos[a] for a in env.possible_agents}
         mine = next((a for a, i in infos.items() if i["role"] == (self.role or "pioneer")))
         return CoryObservation(

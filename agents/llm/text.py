@@ -48,7 +48,6 @@ class TextPolicy:
             done = tokens[-1] == eos or len(tokens) == self.max_new_tokens
             return None if done else torch.ones(1, dtype=torch.bool, device=ids.device)
 
-        self.policy.train(False)
         decode(self.policy, ids, torch.ones_like(ids), self.max_new_tokens, play,
                self.sampling, self.generator)
         return self.tokenizer.decode(tokens[:-1] if tokens[-1] == eos else tokens,
