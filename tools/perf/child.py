@@ -96,7 +96,7 @@ def run_json(cmd: list[str], what: str, timeout: float) -> dict | None:
 
 
 def settings(items: list[str]) -> dict:
-    """`--set PATH=VALUE` items as `train_config` keywords ("ppo.lr=1e-4" -> ppo__lr=0.0001)."""
+    """`--set PATH=VALUE` items as `train_config` settings ("ppo.lr=1e-4" -> {"ppo.lr": 0.0001})."""
     from agents.training.cli import literal
 
     out = {}
@@ -104,7 +104,7 @@ def settings(items: list[str]) -> dict:
         path, sep, value = item.partition("=")
         if not sep:
             raise SystemExit(f"--set takes PATH=VALUE, got {item!r}")
-        out[path.strip().replace(".", "__")] = literal(value.strip())
+        out[path.strip()] = literal(value.strip())
     return out
 
 
@@ -114,8 +114,8 @@ def time_method(args) -> dict:
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    cfg = train_config(args.model, args.method, max_new_tokens=args.resp, device=args.device,
-                       **settings(args.set))
+    cfg = train_config(args.model, args.method, max_new_tokens=args.resp,
+                       settings={"device": args.device, **settings(args.set)})
     out = time_iterations(cfg, args.iters, args.warmup)
     out.update(method=args.method, resp=args.resp, threads=args.threads, settings=args.set,
                peak_rss_mb=peak_rss_mb())

@@ -133,12 +133,12 @@ def job_config(shape: Shape, model: Path, method: str, device: str, compiled: bo
     """The TrainConfig of one job: `workload.train_config` with the shape's settings."""
     from workload import train_config
 
-    extra = {f"ppo__{k}": v for k, v in shape.extra.items()}
+    settings = {"device": device, "ppo.grad_accum_steps": shape.grad_accum_steps,
+                "lora": shape.lora, "load_in_4bit": shape.load_in_4bit, "torch_compile": compiled,
+                **{f"ppo.{k}": v for k, v in shape.extra.items()}}
     return train_config(str(model), method, task=shape.task, batch_size=shape.batch_size,
                         mini_batch_size=shape.mini_batch_size,
-                        max_new_tokens=shape.max_new_tokens, device=device,
-                        ppo__grad_accum_steps=shape.grad_accum_steps, lora=shape.lora,
-                        load_in_4bit=shape.load_in_4bit, torch_compile=compiled, **extra)
+                        max_new_tokens=shape.max_new_tokens, settings=settings)
 
 
 class PhaseClock:

@@ -121,7 +121,7 @@ def trainer_tokens_per_s(model: str, iters: int, batches=(64, 512)) -> list[dict
     rows = []
     for batch in batches:  # 4 mini-batches per epoch, as in the reference workload
         cfg = train_config(model, "cory", batch_size=batch, mini_batch_size=batch // 4,
-                           device="cuda")
+                           settings={"device": "cuda"})
         trainer = Trainer(cfg, env_options={"context_len": context_len(16)})
         trainer.step()
         steps = [trainer.step() for _ in range(iters)]

@@ -76,11 +76,12 @@ def zero_reward(task: Task) -> Task:
 
 
 def train_config(model: str, method: str, *, task: str = "perf-ref", batch_size: int = 64,
-                 mini_batch_size: int = 16, max_new_tokens: int = 16, **settings):
+                 mini_batch_size: int = 16, max_new_tokens: int = 16,
+                 settings: dict | None = None):
     """A timing job's TrainConfig: 4 PPO epochs, full KL, `iterations` unbounded. `settings`
-    are config paths with "__" for "." (`ppo__max_tokens_per_pass=512`, `lora=True`,
-    `mixed_precision="bf16"`), set as the command line sets them (`agents.training.cli`); the
-    reference workload adds its repetition penalty 1.1 and KL coefficient 0.3."""
+    maps config paths to values (`{"ppo.max_tokens_per_pass": 512, "lora": True}`), set as the
+    command line sets them (`agents.training.cli.apply`); the reference workload adds its
+    repetition penalty 1.1 and KL coefficient 0.3."""
     from agents.learners.ppo import PPOConfig
     from agents.llm.sampling import SamplingConfig
     from agents.training import cli
@@ -93,7 +94,8 @@ def train_config(model: str, method: str, *, task: str = "perf-ref", batch_size:
                       method=method, model=model, batch_size=batch_size,
                       max_new_tokens=max_new_tokens, iterations=10**6, ppo=ppo,
                       sampling=SamplingConfig(repetition_penalty=1.1 if reference else 1.0))
-    return cli.apply(cfg, {tuple(k.split("__")): v for k, v in settings.items()}).validate()
+    paths = {tuple(k.split(".")): v for k, v in (settings or {}).items()}
+    return cli.apply(cfg, paths).validate()
 
 
 def context_len(resp: int) -> int:
