@@ -19,10 +19,10 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agents.learners.base import learner_class, registered_learners
+from agents.learners.base import registered_methods, resolve_method
 from agents.training import cli
 from agents.training.checkpoint import config_differences, run_config
-from agents.training.train import TrainConfig, check_device, mini_batch_follows
+from agents.training.train import TrainConfig, check_device, mini_batch_follows, upgrade_settings
 from cory_env import is_exact_match, registered_tasks
 from cory_env import task_options as cory_task_options
 from cory_env.checks import check_int
@@ -158,13 +158,14 @@ def validate_config(cfg: BenchConfig) -> None:
             raise ValueError(f"wandb must be offline, online or none, got {cfg.wandb!r}")
         if importlib.util.find_spec("wandb") is None:
             raise ValueError("--wandb needs the wandb package: pip install wandb")
-    for name, known in (("task", registered_tasks()), ("method", registered_learners())):
-        values = getattr(cfg, name + "s")
-        if not values:
+    for name in ("task", "method"):
+        if not getattr(cfg, name + "s"):
             raise ValueError(f"no {name}s given")
-        for v in values:
-            if v not in known:
-                raise ValueError(f"unknown {name} {v!r}; known: {', '.join(known)}")
+    for task in cfg.tasks:
+        if task not in registered_tasks():
+            raise ValueError(f"unknown task {task!r}; known: {', '.join(registered_tasks())}")
+    for m in cfg.methods:
+        resolve_method(m)  # a ValueError naming an unknown method, structure or algorithm
     if not cfg.seeds or any(isinstance(s, bool) or not isinstance(s, int) for s in cfg.seeds):
         raise ValueError(f"seeds must be a non-empty list of integers, got {cfg.seeds!r}")
     for name in ("eval_samples", "pass_k", "eval_batch_size", "final_window",
@@ -180,7 +181,7 @@ def validate_config(cfg: BenchConfig) -> None:
         if not (isinstance(eta, float) and eta > 0 and math.isfinite(eta)):
             raise ValueError(f"eta_sweep values must be positive numbers, got {eta!r}")
     for method, lr in cfg.lr_by_method.items():
-        if method not in registered_learners() or not lr > 0:
+        if method not in cfg.methods and method not in registered_methods() or not lr > 0:
             raise ValueError(f"lr_by_method entry {method}={lr!r} needs a known method, lr > 0")
     check_device("device", cfg.train.device, present=True)
     for task in cfg.tasks:
@@ -289,11 +290,10 @@ def run_specs(cfg: BenchConfig) -> list[RunSpec]:
 def train_config(cfg: BenchConfig, spec: RunSpec) -> TrainConfig:
     """The TrainConfig of one run; a swept eta fixes the KL coefficient (no adaptation)."""
     t, eta = cfg.train, spec.eta
-    ppo = dataclasses.replace(t.ppo, lr=cfg.lr_for(spec.method), batch_size=t.batch_size,
-                              init_kl_coef=t.ppo.init_kl_coef if eta is None else eta,
-                              adap_kl_ctrl=t.ppo.adap_kl_ctrl and eta is None)
-    fixed_eta = eta if eta is not None else (None if t.ppo.adap_kl_ctrl else t.ppo.init_kl_coef)
-    chain = learner_class(spec.method).n_agents > 1  # --n-agents sets K of multi-agent methods
+    kl = t.ppo.kl if eta is None else dataclasses.replace(t.ppo.kl, beta=eta, adaptive=False)
+    ppo = dataclasses.replace(t.ppo, lr=cfg.lr_for(spec.method), batch_size=t.batch_size, kl=kl)
+    fixed_eta = None if kl.adaptive else kl.beta
+    chain = resolve_method(spec.method).n_agents > 1  # --n-agents sets K of multi-agent methods
     return dataclasses.replace(t, task=spec.task, method=spec.method, seed=spec.seed,
                                model=cfg.model_for(spec.task), eta=fixed_eta,
                                task_options=task_options(cfg, spec.task), ppo=ppo,
@@ -312,7 +312,10 @@ def check_resume(cfg: BenchConfig, saved: BenchConfig) -> None:
 
 
 def from_saved(data: dict) -> BenchConfig:
-    """The BenchConfig of a run folder's run_config.json contents."""
+    """The BenchConfig of a run folder's run_config.json contents (an earlier version's
+    setting names read as today's)."""
+    if isinstance(data.get("train"), dict):
+        data = {**data, "train": upgrade_settings(data["train"])}
     return cli.from_dict(BenchConfig, data)
 
 

@@ -42,7 +42,7 @@ def evaluation_due(cfg: BenchConfig, iteration: int) -> bool:
 def combined_eta(trainer: Trainer) -> float:
     """The fixed η of r − η·ΣKL: the run's fixed KL weight, else its initial coefficient."""
     cfg = trainer.cfg
-    return float(cfg.eta if cfg.eta is not None else cfg.ppo.init_kl_coef)
+    return float(cfg.eta if cfg.eta is not None else cfg.ppo.kl.beta)
 
 
 def _se(x: np.ndarray) -> float:

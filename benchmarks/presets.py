@@ -7,14 +7,14 @@ offline defaults, then `--quick`, then explicit options.
 
 from __future__ import annotations
 
-from agents.learners.ppo import PPOConfig
+from agents.learners.ppo import KLConfig, PPOConfig
 
-# The paper's IMDB table (Table 1). kl_penalty="full" follows the official code. Copy with
+# The paper's IMDB table (Table 1). The "full" KL penalty follows the official code. Copy with
 # dataclasses.replace, do not mutate it.
 IMDB_PPO = PPOConfig(
     lr=1.41e-5, ppo_epochs=4, batch_size=256, mini_batch_size=256, grad_accum_steps=1,
     cliprange=0.2, cliprange_value=0.2, vf_coef=0.1, gamma=1.0, lam=0.95,
-    init_kl_coef=0.3, adap_kl_ctrl=True, kl_target=6.0, kl_horizon=10000, kl_penalty="full",
+    kl=KLConfig(beta=0.3, adaptive=True, target=6.0, horizon=10000, penalty="full"),
 )
 
 
@@ -27,7 +27,7 @@ def gsm8k_ppo(method: str) -> PPOConfig:
     return PPOConfig(
         lr=lrs[key], batch_size=32, mini_batch_size=2, grad_accum_steps=16,
         cliprange=0.2, cliprange_value=0.2, vf_coef=0.1, gamma=1.0, lam=0.95,
-        init_kl_coef=0.01, adap_kl_ctrl=False, kl_penalty="full",
+        kl=KLConfig(beta=0.01, adaptive=False, penalty="full"),
     )
 
 
@@ -36,8 +36,8 @@ def imdb(model: str, methods: list[str]) -> dict:
     p = IMDB_PPO
     return dict(tasks=["imdb"], methods=methods, iterations=100, batch_size=p.batch_size,
                 mini_batch_size=p.mini_batch_size, grad_accum_steps=p.grad_accum_steps,
-                ppo_epochs=p.ppo_epochs, lr=p.lr, init_kl_coef=p.init_kl_coef,
-                adaptive_kl=p.adap_kl_ctrl, kl_target=p.kl_target, kl_penalty=p.kl_penalty,
+                ppo_epochs=p.ppo_epochs, lr=p.lr, beta=p.kl.beta,
+                adaptive_kl=p.kl.adaptive, kl_target=p.kl.target, kl_penalty=p.kl.penalty,
                 max_new_tokens=16, repetition_penalty=1.1, model=model, device="cuda",
                 task_options={"reward_model": "lvwerra/distilbert-imdb"}, alone_queries=256,
                 eval_every=10, threads=0,
@@ -50,8 +50,8 @@ def gsm8k() -> dict:
     return dict(tasks=["gsm8k"], methods=["ppo", "cory"], iterations=100,
                 batch_size=cory.batch_size, mini_batch_size=cory.mini_batch_size,
                 grad_accum_steps=cory.grad_accum_steps, ppo_epochs=cory.ppo_epochs,
-                lr=cory.lr, lr_by_method={"ppo": ppo.lr}, init_kl_coef=cory.init_kl_coef,
-                adaptive_kl=cory.adap_kl_ctrl, kl_penalty=cory.kl_penalty,
+                lr=cory.lr, lr_by_method={"ppo": ppo.lr}, beta=cory.kl.beta,
+                adaptive_kl=cory.kl.adaptive, kl_penalty=cory.kl.penalty,
                 model="meta-llama/Llama-2-7b-chat-hf", lora=True, load_in_4bit=True,
                 device="cuda", threads=0, eval_problems=256, eval_samples=4, pass_k=4,
                 eval_batch_size=32, eval_every=10)  # 1319 x 8 per point would dwarf training

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from agents.training.runlog import read_jsonl
+from agents.training.train import upgrade_settings
 from cory_env import is_exact_match
 
 from .stats import smooth
@@ -163,8 +164,11 @@ class RunData:
         folder = Path(folder)
         read = lambda name: json.loads((folder / name).read_text()) \
             if (folder / name).exists() else {}  # noqa: E731
+        config = read("run_config.json")
+        if isinstance(config.get("train"), dict):  # an earlier version's names as today's
+            config["train"] = upgrade_settings(config["train"])
         return cls(read_jsonl(folder / "metrics.jsonl"), read_jsonl(folder / "alone.jsonl"),
-                   read("run_config.json"), mechanism=read("mechanism.json"))
+                   config, mechanism=read("mechanism.json"))
 
     def exact_match(self, task: str) -> bool:
         """Whether the task's reward is exact-match (registered so, or pass@k recorded)."""

@@ -158,7 +158,7 @@ def settings_lines(config: dict) -> list[str]:
     """The run's shared settings as a compact bullet list."""
     keep = ("preset", "quick", "tasks", "methods", "seeds", "iterations", "batch_size",
             "mini_batch_size", "grad_accum_steps", "ppo_epochs", "lr", "lr_by_method",
-            "init_kl_coef", "adaptive_kl", "kl_target", "kl_penalty", "t_rex", "max_new_tokens",
+            "beta", "adaptive_kl", "kl_target", "kl_penalty", "t_rex", "max_new_tokens",
             "repetition_penalty", "model", "eta_sweep", "final_window", "device", "threads")
     out = []
     for name in keep:

@@ -1,12 +1,13 @@
-"""Learners that separate the confounds of a PPO-vs-CORY comparison, one name per arm.
+"""PPO variants that separate the confounds of a PPO-vs-CORY comparison, one name per arm.
 
-* `cory-official`: CORY as the official IMDB code runs it: score scaling and normalisation,
-  initial KL coefficient 0.4 (adaptive runs), repetition penalty 1.1, and every batch's answer
-  length drawn once from [4, max_new_tokens - 1] (its `LengthSampler(4, 16)`);
+* `ppo-official` (the method `cory-official` is it on CORY's structure): PPO as the official
+  IMDB code runs it: score scaling and normalisation, initial beta 0.4 (adaptive runs),
+  repetition penalty 1.1, and every batch's answer length drawn once from
+  [4, max_new_tokens - 1] (its `LengthSampler(4, 16)`);
 * `ppo-2x`: PPO with CORY's sample budget, twice the episodes per iteration (as many
   optimizer steps, each on twice the rows);
-* `ppo-sampled-kl`, `cory-sampled-kl`: the sampled log-ratio as the KL reward instead of
-  whatever `kl_penalty` says (the paper's code uses the full KL, which gives no direct pull
+* `ppo-sampled-kl` (and `cory-sampled-kl`): the sampled log-ratio as the KL reward instead of
+  whatever the KL penalty says (the paper's code uses the full KL, which gives no direct pull
   back toward the reference).
 """
 
@@ -17,9 +18,10 @@ from dataclasses import replace
 import numpy as np
 
 from ..llm.sampling import SamplingConfig
-from .base import PPO, register_learner
+from .base import IPPO, register_learner, register_method
 from .cory import CORY
 from .ppo import PPOConfig
+from .structure import SINGLE
 
 OFFICIAL_MIN_TOKENS = 4  # the official code's LengthSampler(4, 16)
 
@@ -31,9 +33,9 @@ def drawn_length(seed: int, iteration: int, max_new_tokens: int) -> int:
     return int(np.random.default_rng([seed, iteration]).integers(low, high + 1))
 
 
-@register_learner("cory-official")
-class CORYOfficial(CORY):
-    """CORY with the official code's own settings (see the module docstring)."""
+@register_learner("ppo-official", structure=SINGLE)
+class PPOOfficial(IPPO):
+    """PPO with the official CORY code's own settings (see the module docstring)."""
 
     max_new_tokens: int | None = None  # the env's T, from `attach`
 
@@ -43,8 +45,8 @@ class CORYOfficial(CORY):
 
     def agent_config(self, agent: str) -> PPOConfig:
         """Score scaling + normalisation; beta starts at 0.4 when it adapts."""
-        ppo = replace(self.cfg.ppo, use_score_scaling=True, use_score_norm=True)
-        return replace(ppo, init_kl_coef=0.4) if ppo.adap_kl_ctrl else ppo
+        ppo = replace(super().agent_config(agent), use_score_scaling=True, use_score_norm=True)
+        return replace(ppo, kl=replace(ppo.kl, beta=0.4)) if ppo.kl.adaptive else ppo
 
     @property
     def sampling(self) -> SamplingConfig:
@@ -52,33 +54,29 @@ class CORYOfficial(CORY):
         return replace(self.cfg.sampling, repetition_penalty=1.1)
 
     def reset_options(self, iteration: int) -> dict:
-        """CORY's schedule plus one answer length per batch."""
+        """The structure's schedule plus one answer length per batch."""
         out = super().reset_options(iteration)
         if self.max_new_tokens is not None:
             out["max_new_tokens"] = drawn_length(self.seed, iteration, self.max_new_tokens)
         return out
 
 
-@register_learner("ppo-2x")
-class PPODoubleBatch(PPO):
+@register_learner("ppo-2x", structure=SINGLE)
+class PPODoubleBatch(IPPO):
     """PPO with twice the episodes per iteration: CORY's sample budget."""
 
     batch_multiplier = 2
 
 
-class SampledKL:
-    """Mix in before a learner class: the sampled log-ratio as the per-token KL reward."""
-
-    def agent_config(self, agent: str) -> PPOConfig:
-        """kl_penalty="kl"."""
-        return replace(super().agent_config(agent), kl_penalty="kl")
-
-
-@register_learner("ppo-sampled-kl")
-class PPOSampledKL(SampledKL, PPO):
+@register_learner("ppo-sampled-kl", structure=SINGLE)
+class PPOSampledKL(IPPO):
     """PPO with the sampled log-ratio as the per-token KL reward."""
 
+    def agent_config(self, agent: str) -> PPOConfig:
+        """The KL penalty "kl" (the sampled log-ratio)."""
+        ppo = super().agent_config(agent)
+        return replace(ppo, kl=replace(ppo.kl, penalty="kl"))
 
-@register_learner("cory-sampled-kl")
-class CORYSampledKL(SampledKL, CORY):
-    """CORY with the sampled log-ratio as the per-token KL reward."""
+
+register_method("cory-official", "ppo-official", CORY)
+register_method("cory-sampled-kl", "ppo-sampled-kl", CORY)

@@ -1,14 +1,15 @@
-"""Learners: the swappable algorithms that turn rollouts into updates.
+"""Learners: the swappable algorithms that turn rollouts into updates, and the method names.
 
 A learner owns one `PPOAgent` (policy + optimizer + KL controller + score statistics) per LLM,
-declares the env structure it trains on (class attributes `knowledge_transfer`, `reward_mode`,
-`role_exchange`; `n_agents`; `extra_model_names`), says which roles to play each iteration
-(`reset_options`), and updates from the finished turns (`update`). To add an algorithm,
-subclass `Learner` in one file and decorate it with `@register_learner("name")`;
-`agents/learners/reinforce.py` is the worked example, and `agents/learners/cory.py` is CORY.
+runs on a `Structure` (`agents.learners.structure`: the env's agent count, knowledge transfer,
+reward mode and role schedule), says which roles to play each iteration (`reset_options`), and
+updates from the finished turns (`update`). To add an algorithm, subclass `Learner` in one file
+and decorate it with `@register_learner("name")`; `agents/learners/reinforce.py` is the worked
+example, and `agents/learners/cory.py` is CORY. A method name resolves to an algorithm on a
+structure (`method`): the registered names, or any `algorithm/structure`.
 
-Multi-process training reaches a learner only through `self.comm` (`agents.learners.comm.Comm`): its
-agents call it to prepare their models, back-propagate, and agree on statistics across ranks.
+Multi-process training reaches a learner only through `self.comm` (`agents.learners.comm.Comm`):
+its agents call it to prepare their models, back-propagate, and agree on statistics across ranks.
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ from __future__ import annotations
 import copy
 import functools
 import importlib
-from dataclasses import dataclass, field, replace
+import math
+from dataclasses import dataclass, field, fields, replace
 
 import torch
 
 from cory_env.checks import check_int
-from cory_env.config import check_fields
+from cory_env.config import check_fields, meta
 from cory_env.plugins import check_not_builtin, load_entry_points
 
 from ..llm.rollout import Turn
@@ -38,31 +40,43 @@ from .ppo import (
     prepare_advantages,
 )
 from .shaping import RunningMoments, make_kl_controller, scale_scores, token_rewards
+from .structure import INDEPENDENT, SINGLE, Structure, structures
 
 
 @dataclass
 class LearnerConfig:
-    """What a learner needs besides its policies: PPO settings, sampling and CORY's structure."""
+    """What a learner needs besides its policies: PPO settings (with the KL's), sampling, the
+    role-exchange period and group settings. `TrainConfig` extends it."""
 
     ppo: PPOConfig = field(default_factory=PPOConfig)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
-    t_rex: int = 5  # role-exchange period, for learners that exchange roles
-    eta: float | None = None  # weight of KL in the combined reward; None -> current beta
-    group_size: int | None = None  # answers per query (None: the learner's own default)
-    per_agent_norm: bool = True  # normalise advantages per agent, not over both (Dr. MAS)
-    group_kl_in: str = "loss"  # where the GRPO family puts the KL: "loss" (k3) or "reward"
+    t_rex: int = field(default=5, metadata=meta(
+        "role-exchange period T_REx: iterations between rotations"))
+    eta: float | None = field(default=None, metadata=meta(
+        "KL weight of the evaluated combined reward r - eta * KL (none: the current beta)"))
+    group_size: int | None = field(default=None, metadata=meta(
+        "answers per query G (none: the algorithm's default; 4 for grpo, dr-grpo, rloo)"))
+    per_agent_norm: bool = field(default=True, metadata=meta(
+        "two agents: normalise advantages per agent, not over both (Dr. MAS)"))
 
     def validate(self) -> LearnerConfig:
         """Raise ValueError naming the bad field."""
         check_fields(self)
         check_int("t_rex", self.t_rex, 1)
         check_int("group_size", self.group_size, 1, none_ok=True)
-        if not isinstance(self.per_agent_norm, bool):
-            raise ValueError(f"per_agent_norm must be True or False, got {self.per_agent_norm!r}")
-        if self.group_kl_in not in ("loss", "reward"):
-            raise ValueError(f"group_kl_in must be 'loss' or 'reward', got {self.group_kl_in!r}")
+        if self.eta is not None and not (math.isfinite(self.eta) and self.eta >= 0):
+            raise ValueError(f"eta must be None or a finite number >= 0, got {self.eta!r}")
+        for name, kind in (("ppo", PPOConfig), ("sampling", SamplingConfig)):
+            if not isinstance(getattr(self, name), kind):
+                raise ValueError(f"{type(self).__name__}.{name} must be a {kind.__name__}, got "
+                                 f"{getattr(self, name)!r}")
         self.ppo.validate()
+        self.sampling.validate()
         return self
+
+    def learner_part(self) -> LearnerConfig:
+        """The LearnerConfig fields of this config (of a TrainConfig: without the rest)."""
+        return LearnerConfig(**{f.name: getattr(self, f.name) for f in fields(LearnerConfig)})
 
 
 def adam(params, lr: float) -> torch.optim.Adam:
@@ -85,19 +99,19 @@ class PPOAgent:
         self.comm = comm or Comm()
         self.policy, self.cfg, self.sampling = self.comm.prepare(policy), cfg, sampling
         self.optimizer = adam(self.policy.trainable_parameters(), cfg.lr)
-        self.kl_ctl = make_kl_controller(cfg)
+        self.kl_controller = make_kl_controller(cfg)
         self.score_stats = RunningMoments()
 
     @property
     def beta(self) -> float:
         """The current KL coefficient."""
-        return float(self.kl_ctl.value)
+        return float(self.kl_controller.beta)
 
     def penalty(self, turn: Turn) -> torch.Tensor:
-        """The per-token KL estimate chosen by cfg.kl_penalty, masked."""
-        if self.cfg.kl_penalty == "full":
+        """The per-token KL estimate chosen by cfg.kl.penalty, masked."""
+        if self.cfg.kl.penalty == "full":
             return turn.full_kl
-        return kl_per_token(turn.raw_logprobs, turn.ref_logprobs, self.cfg.kl_penalty) \
+        return kl_per_token(turn.raw_logprobs, turn.ref_logprobs, self.cfg.kl.penalty) \
             * turn.response_mask
 
     def batch(self, turn: Turn, scores: torch.Tensor | None = None) -> PPOBatch:
@@ -106,7 +120,7 @@ class PPOAgent:
             turn = self.recompute(turn)
         scores = scale_scores(turn.reward if scores is None else scores, self.score_stats,
                               self.cfg, gather=self.comm.gather)
-        beta = self.beta if self.cfg.kl_in == "reward" else 0.0
+        beta = 0.0 if self.cfg.kl.where == "loss" else self.beta
         rewards = token_rewards(scores, self.penalty(turn), turn.response_mask, beta)
         return PPOBatch(input_ids=turn.input_ids, attention_mask=turn.attention_mask,
                         response_mask=turn.response_mask, old_logprobs=turn.logprobs,
@@ -131,22 +145,22 @@ class PPOAgent:
     def learn(self, batch: PPOBatch, turn: Turn, generator) -> dict[str, float]:
         """Run PPO on the batch, then update beta from this batch's KL."""
         stats = ppo_update(self.policy, self.optimizer, batch, self.cfg, generator=generator,
-                           kl_coef=self.beta, evaluate_kwargs={"sampling": self.sampling},
+                           beta=self.beta, evaluate_kwargs={"sampling": self.sampling},
                            backward=self.comm.backward, all_ok=self.comm.all_ok)
         stats["beta"] = self.beta
         kl = self.comm.mean(float(self.penalty(turn).sum(1).mean()))
-        self.kl_ctl.update(kl, len(batch) * self.comm.world_size)
+        self.kl_controller.update(kl, len(batch) * self.comm.world_size)
         return stats
 
     def state_dict(self) -> dict:
         """Optimizer, KL controller and score statistics (weights are saved by the policy)."""
-        return {"optimizer": self.optimizer.state_dict(), "kl_ctl": self.kl_ctl.state_dict(),
+        return {"optimizer": self.optimizer.state_dict(), "kl": self.kl_controller.state_dict(),
                 "score_stats": self.score_stats.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore what state_dict saved."""
         self.optimizer.load_state_dict(state["optimizer"])
-        self.kl_ctl.load_state_dict(state["kl_ctl"])
+        self.kl_controller.load_state_dict(state["kl"] if "kl" in state else state["kl_ctl"])
         self.score_stats.load_state_dict(state["score_stats"])
 
 
@@ -166,17 +180,14 @@ def joint_whiten(advantages: list[torch.Tensor], masks: list[torch.Tensor],
 class Learner:
     """Base learner: one PPOAgent per LLM; subclasses override `update` (and maybe more).
 
-    The class attributes are the env structure it trains on. The base is two independent
-    agents: no knowledge transfer, each its own reward, fixed roles
-    (`agents.learners.cory.CoryStructure`
-    turns on CORY's three mechanisms).
+    `structure` is the env structure it trains on (the class attribute is the default for a
+    learner registered without one: two independent agents).
     """
 
     name = "base"
-    n_agents = 2  # the default K (1 for single-agent learners); TrainConfig.n_agents sets K
-    knowledge_transfer = False  # the observer sees the pioneer's answer
-    reward_mode = "individual"  # "collective" (r_pio + r_obs to both) or "individual"
-    role_exchange = False  # swap pioneer and observer every t_rex iterations
+    structure: Structure = INDEPENDENT
+    kl_where = "reward"  # where beta acts when KLConfig.where is None: "reward" or "loss"
+    kl_where_fixed = False  # True: the algorithm only works with kl_where (refuses the other)
     # Models the learner owns beside the agents' policies, by name: the Trainer builds each
     # (on the first agent's model, no reference) and passes it as a keyword; checkpoints,
     # placement and the distributed trainer read them through `extra_models`.
@@ -187,11 +198,12 @@ class Learner:
     saved_state: tuple[str, ...] = ()  # attributes of its own that a checkpoint must keep
 
     def __init__(self, policies: dict, cfg: LearnerConfig, seed: int = 0,
-                 comm: Comm | None = None):
+                 comm: Comm | None = None, structure: Structure | None = None):
         self.cfg = cfg.validate()
+        self.structure = structure or type(self).structure
         self.comm = comm or Comm()
         self.policies = dict(policies)  # the rollout's policies (never wrapped)
-        self.n_agents = len(self.policies)  # K: the class default, or the Trainer's n_agents
+        self.n_agents = len(self.policies)  # K: the structure's default, or TrainConfig.n_agents
         self.seed = seed
         self.agents = {name: PPOAgent(p, self.agent_config(name), self.sampling, self.comm)
                        for name, p in policies.items()}
@@ -203,13 +215,17 @@ class Learner:
         return self.cfg.sampling
 
     def agent_config(self, agent: str) -> PPOConfig:
-        """The PPO settings of one agent (all share cfg.ppo by default)."""
-        return replace(self.cfg.ppo)
+        """The PPO settings of one agent (all share cfg.ppo by default), with where beta acts
+        filled in (`kl_where` when cfg.ppo.kl.where is None)."""
+        kl = self.cfg.ppo.kl
+        if self.kl_where_fixed and kl.where not in (None, self.kl_where):
+            raise ValueError(f"{self.name} puts the KL in the {self.kl_where}: kl.where="
+                             f"{kl.where!r} is not possible (leave it unset)")
+        return replace(self.cfg.ppo, kl=replace(kl, where=kl.where or self.kl_where))
 
     def env_settings(self) -> dict:
-        """Env keywords this learner needs (structure flags of CORY)."""
-        return {"knowledge_transfer": self.knowledge_transfer, "reward_mode": self.reward_mode,
-                "single_agent": self.n_agents == 1, "n_agents": max(self.n_agents, 2)}
+        """Env keywords of this learner's structure."""
+        return self.structure.env_settings(self.n_agents)
 
     def attach(self, env) -> None:
         """Called once with the env this learner trains on; nothing by default."""
@@ -220,9 +236,9 @@ class Learner:
         return self.cfg.group_size or self.group_size
 
     def reset_options(self, iteration: int) -> dict:
-        """Per-iteration env options: fixed roles (rotation 0; `agents.learners.cory` rotates
-        them), and G answers per query when G > 1."""
-        return {"rotation": 0,
+        """Per-iteration env options: the structure's role order, and G answers per query when
+        G > 1."""
+        return {"rotation": self.structure.rotation(iteration, self.cfg.t_rex, self.n_agents),
                 **({"group_size": self.group} if self.group > 1 else {})}
 
     def update(self, turns: dict[str, Turn], iteration: int) -> dict[str, dict[str, float]]:
@@ -273,11 +289,13 @@ class Learner:
             setattr(self, name, copy.deepcopy(value))
 
 
-_LEARNERS: dict[str, type[Learner]] = {}
+_LEARNERS: dict[str, type[Learner]] = {}  # algorithm name -> class
+_METHODS: dict[str, tuple[str, Structure]] = {}  # method name -> (algorithm, structure)
 
 
-def register_learner(name: str):
-    """Class decorator: make a Learner available by name (CLI, benchmarks)."""
+def register_learner(name: str, structure: Structure | None = None):
+    """Class decorator: make a Learner available as algorithm `name`, and as the method `name`
+    (the algorithm on `structure`, default the class's own)."""
 
     def add(cls):
         if not (isinstance(cls, type) and issubclass(cls, Learner)):
@@ -285,18 +303,25 @@ def register_learner(name: str):
         check_not_builtin("learner", name, _LEARNERS, cls, ("agents",))
         cls.name = name
         _LEARNERS[name] = cls
+        _METHODS[name] = (name, structure or cls.structure)
         return cls
 
     return add
 
 
+def register_method(name: str, algorithm: str, structure: Structure) -> None:
+    """Make `name` a method: the registered `algorithm` on `structure`."""
+    if "/" in name:
+        raise ValueError(f"a method name cannot hold '/', got {name!r}")
+    _METHODS[name] = (algorithm, structure)
+
+
 # The modules that register the built-in learners, listed explicitly (a new one goes here).
-BUILTIN = ("base", "cory", "arms", "grpo", "dr_grpo", "rloo", "reinforce", "reinforce_pp",
-           "mappo")
+BUILTIN = ("cory", "arms", "grpo", "dr_grpo", "rloo", "reinforce", "reinforce_pp", "mappo")
 
 
 @functools.cache
-def _register_builtin() -> None:
+def register_builtin() -> None:
     """Import the BUILTIN learner modules, then the installed `cory.learners` entry points
     (once)."""
     for module in BUILTIN:
@@ -304,23 +329,70 @@ def _register_builtin() -> None:
     load_entry_points("cory.learners")
 
 
+@dataclass(frozen=True)
+class Method:
+    """A method name resolved: an algorithm (a Learner class) on a structure."""
+
+    name: str
+    algorithm: type[Learner]
+    structure: Structure
+
+    @property
+    def n_agents(self) -> int:
+        """The default K."""
+        return self.structure.n_agents
+
+
+def resolve_method(name: str) -> Method:
+    """The algorithm and structure of a method name (registered, or `algorithm/structure`)."""
+    register_builtin()
+    if not isinstance(name, str):
+        raise ValueError(f"method must be a name, got {name!r}")
+    if "/" in name:
+        algorithm, _, structure = name.partition("/")
+        known = structures()
+        if structure not in known:
+            raise ValueError(f"unknown structure {structure!r} in method {name!r}; "
+                             f"registered structures: {sorted(known)}")
+        pair = (algorithm, known[structure])
+    elif name in _METHODS:
+        pair = _METHODS[name]
+    else:
+        raise ValueError(f"unknown method {name!r}; registered methods: {registered_methods()} "
+                         f"(or algorithm/structure)")
+    if pair[0] not in _LEARNERS:
+        raise ValueError(f"unknown algorithm {pair[0]!r} in method {name!r}; registered "
+                         f"algorithms: {sorted(_LEARNERS)}")
+    return Method(name, _LEARNERS[pair[0]], pair[1])
+
+
 def learner_class(name: str) -> type[Learner]:
-    """The Learner class registered under name."""
-    _register_builtin()
-    if name not in _LEARNERS:
-        raise ValueError(f"unknown method {name!r}; registered learners: {sorted(_LEARNERS)}")
-    return _LEARNERS[name]
+    """The Learner class (the algorithm) of a method name."""
+    return resolve_method(name).algorithm
 
 
-def registered_learners() -> list[str]:
-    """Names of all registered learners."""
-    _register_builtin()
+def registered_methods() -> list[str]:
+    """Names of all registered methods."""
+    register_builtin()
+    return sorted(_METHODS)
+
+
+def registered_algorithms() -> list[str]:
+    """Names of all registered algorithms."""
+    register_builtin()
     return sorted(_LEARNERS)
 
 
-@register_learner("ippo")
+def registered_structures() -> list[str]:
+    """Names of all registered structures."""
+    register_builtin()
+    return sorted(structures())
+
+
+@register_learner("ppo", structure=SINGLE)
 class IPPO(Learner):
-    """Independent PPO: each LLM learns from its own turn with its own critic."""
+    """PPO for every LLM, each on its own turn with its own critic (independent PPO on two
+    agents; the method `ppo` is one agent alone, `cory` two on CORY's structure)."""
 
     def update(self, turns, iteration):
         """PPO on each agent's own turn (advantages whitened per agent, or jointly)."""
@@ -337,8 +409,4 @@ class IPPO(Learner):
         return {a: self.agents[a].learn(b, turns[a], self.generator) for a, b in batches.items()}
 
 
-@register_learner("ppo")
-class PPO(IPPO):
-    """The single-agent baseline: one LLM, no observer, its own reward."""
-
-    n_agents = 1
+register_method("ippo", "ppo", INDEPENDENT)

@@ -11,11 +11,11 @@ averaged over the answers. The KL term is GRPO's (k3 loss by default). No critic
 from __future__ import annotations
 
 from .base import register_learner
-from .cory import CoryStructure
 from .group import GroupLearner, group_stats
+from .structure import SINGLE
 
 
-@register_learner("dr-grpo")
+@register_learner("dr-grpo", structure=SINGLE)
 class DrGRPO(GroupLearner):
     """Group-mean baseline, no std division, no per-answer length normalisation."""
 
@@ -25,10 +25,3 @@ class DrGRPO(GroupLearner):
         """r - group mean."""
         r, mean = group_stats(returns, group)
         return (r - mean).flatten()
-
-
-@register_learner("cory-dr-grpo")
-class CoryDrGRPO(CoryStructure, DrGRPO):
-    """Dr. GRPO on CORY's structure."""
-
-    n_agents = 2

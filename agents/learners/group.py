@@ -1,14 +1,14 @@
 """The critic-free group-baseline family's shared part: G answers per query, a baseline each.
 
-A `GroupLearner` asks the env for G answers to every query (`group_size`, contiguous rows),
-turns each answer's return into an advantage with `advantages` (the one method a member
-defines), spreads it over the answer's tokens and runs the clipped policy loss with the value
-loss off. An answer's return is its shaped score (`PPOAgent.batch`: scaling, normalisation,
-clipping) minus beta * its summed KL when the KL is in the reward. Under CORY's structure
-(`cory-<name>`) each group member is a whole pioneer -> observer episode, and each agent's G
-answers to a query are its group; with `per_agent_norm=False` one group pools both agents'
-answers (Dr. MAS, Feng et al. 2026, arXiv 2602.08847, shows the per-agent statistics keep the
-gradient scale stable, so per-agent is the default).
+A `GroupLearner` asks the env for G answers to every query (`group_size`, contiguous rows), turns
+each answer's return into an advantage with `advantages` (the one method a member defines), spreads
+it over the answer's tokens and runs the clipped policy loss with the value loss off. An answer's
+return is its shaped score (`PPOAgent.batch`: scaling, normalisation, clipping) minus beta * its
+summed KL when the KL is in the reward. On CORY's structure (`cory-<name>`, or `<name>/cory`) each
+group member is a whole pioneer -> observer episode, and each agent's G answers to a query are its
+group; with `per_agent_norm=False` one group pools both agents' answers (Dr. MAS, Feng et al. 2026,
+arXiv 2602.08847, shows the per-agent statistics keep the gradient scale stable, so per-agent is
+the default).
 """
 
 from __future__ import annotations
@@ -23,10 +23,9 @@ from .base import Learner
 class GroupLearner(Learner):
     """Sequence-level advantages from groups of G answers per query; no critic."""
 
-    n_agents = 1  # `cory-<name>` subclasses set 2 with CORY's structure
     group_size = 4
     min_group = 2  # the smallest G whose baseline means anything
-    kl_in: str | None = None  # None: cfg.group_kl_in
+    kl_where = "loss"
     loss_agg = "token-mean"
 
     def __init__(self, *args, **kwargs):
@@ -37,8 +36,7 @@ class GroupLearner(Learner):
 
     def agent_config(self, agent):
         """No value loss; the family's KL placement and loss aggregation."""
-        return replace(self.cfg.ppo, vf_coef=0.0, kl_in=self.kl_in or self.cfg.group_kl_in,
-                       loss_agg=self.loss_agg)
+        return replace(super().agent_config(agent), vf_coef=0.0, loss_agg=self.loss_agg)
 
     def advantages(self, returns: torch.Tensor, group: int) -> torch.Tensor:
         """(B,) advantages of (B,) returns that come in contiguous groups of `group`."""

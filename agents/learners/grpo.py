@@ -4,22 +4,22 @@ Outcome supervision: G answers o_1..o_G to one query with rewards r_i; every tok
 
     A_i = (r_i - mean(r)) / std(r)          (std with Bessel's correction, as TRL's GRPO)
 
-and the loss is the clipped surrogate averaged over each answer's tokens (1/|o_i|), then over
-the answers, plus beta * KL(pi || pi_ref) as a loss term with the k3 estimator
-exp(d) - d - 1, d = log pi_ref - log pi (`group_kl_in="reward"` puts -beta*KL into the return
-instead). A group whose rewards are all equal has zero advantage (no NaN). No critic.
+and the loss is the clipped surrogate averaged over each answer's tokens (1/|o_i|), then over the
+answers, plus beta * KL(pi || pi_ref) as a loss term with the k3 estimator exp(d) - d - 1, d = log
+pi_ref - log pi (`kl.where="reward"`, `--kl-in reward`, puts -beta*KL into the return instead). A
+group whose rewards are all equal has zero advantage (no NaN). No critic.
 """
 
 from __future__ import annotations
 
 from .base import register_learner
-from .cory import CoryStructure
 from .group import GroupLearner, group_stats
+from .structure import SINGLE
 
 EPS = 1e-6
 
 
-@register_learner("grpo")
+@register_learner("grpo", structure=SINGLE)
 class GRPO(GroupLearner):
     """Group-normalised advantages, per-answer length normalisation, KL as a loss."""
 
@@ -29,10 +29,3 @@ class GRPO(GroupLearner):
         """(r - group mean) / (group std + eps)."""
         r, mean = group_stats(returns, group)
         return ((r - mean) / (r.std(1, keepdim=True) + EPS)).flatten()
-
-
-@register_learner("cory-grpo")
-class CoryGRPO(CoryStructure, GRPO):
-    """GRPO on CORY's structure: collective reward, knowledge transfer, role exchange."""
-
-    n_agents = 2

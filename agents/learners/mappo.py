@@ -20,7 +20,7 @@ import torch
 
 from .base import IPPO, LearnerConfig, joint_whiten, register_learner
 from .comm import Comm
-from .cory import CoryStructure
+from .cory import CORY
 from .ppo import forward_passes, gae, masked_whiten, value_loss
 from .shaping import token_rewards
 
@@ -75,16 +75,16 @@ def mappo_advantages(rewards, values, rmask, collective: bool, gamma: float, lam
     return torch.cat([a for a, _ in parts], 1), torch.cat([r for _, r in parts], 1)
 
 
-@register_learner("mappo")
-class MAPPO(CoryStructure, IPPO):
+@register_learner("mappo", structure=CORY)
+class MAPPO(IPPO):
     """K PPO actors with a shared centralized critic over the joint transcript."""
 
     extra_model_names = ("critic",)
     joint_reader = ("critic",)
 
     def __init__(self, policies: dict, cfg: LearnerConfig, seed: int = 0,
-                 comm: Comm | None = None, critic=None):
-        super().__init__(policies, cfg, seed, comm)
+                 comm: Comm | None = None, critic=None, **kwargs):
+        super().__init__(policies, cfg, seed, comm, **kwargs)
         if critic is None:
             raise ValueError("MAPPO needs a critic model (an LLMPolicy whose value head is used)")
         self.critic = self.comm.prepare(critic, critic=True)
@@ -100,7 +100,7 @@ class MAPPO(CoryStructure, IPPO):
 
     def agent_config(self, agent):
         """Actors carry no value loss: the centralized critic does the value learning."""
-        return replace(self.cfg.ppo, vf_coef=0.0)
+        return replace(super().agent_config(agent), vf_coef=0.0)
 
     def critic_values(self, ids, mask, cols):
         """Critic values (B, K*T) at the positions that predict each response token."""
@@ -124,7 +124,7 @@ class MAPPO(CoryStructure, IPPO):
         old_values = old_values * rmask
         T, K, stats = chain[0].response_mask.shape[1], len(chain), {}
         spans = [slice(k * T, (k + 1) * T) for k in range(K)]
-        collective = self.reward_mode == "collective"
+        collective = self.structure.reward_mode == "collective"
         rewards = [batches[t.agent].rewards.to(dev) for t in chain]
         if collective:  # the team score counts once, at the episode's end (the last position's)
             for k in range(K - 1):

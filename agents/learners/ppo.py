@@ -4,15 +4,17 @@ Everything here is pure torch. Response tensors are (B, T) and come with a float
 ``mask`` that is 1 on response tokens and 0 after EOS / on padding. Masked
 positions may hold garbage (even NaN or -inf); every function ignores them.
 
-KL as reward vs KL as loss. With ``kl_in="reward"`` (RLHF, TRL, CORY) every
+The KL coefficient beta and everything about it is one `KLConfig` (``PPOConfig.kl``).
+
+KL as reward vs KL as loss. With ``kl.where="reward"`` (RLHF, TRL, CORY) every
 response token gets the reward -beta * KL_t and PPO treats it as a constant. The
-sampled log-ratio (``kl_penalty="kl"``) then has an expected gradient equal to
-the KL's gradient. The exact full-vocabulary KL (``kl_penalty="full"``, what the
+sampled log-ratio (``kl.penalty="kl"``) then has an expected gradient equal to
+the KL's gradient. The exact full-vocabulary KL (``kl.penalty="full"``, what the
 official CORY code uses) depends only on the state (the prefix), so PPO gets no
 direct gradient pulling the current token's distribution back toward the
 reference; only earlier tokens are blamed for reaching that state. An
 independent small check saw the KL climb past the adaptive target with ``full``
-as the reward, while the sampled log-ratio held it. With ``kl_in="loss"``
+as the reward, while the sampled log-ratio held it. With ``kl.where="loss"``
 (GRPO-style, as in OpenRLHF and verl) beta * masked_mean(k(logp, ref)) is added
 to the loss instead (k1/k2/k3 estimators), which gives that direct gradient.
 """
@@ -39,6 +41,45 @@ LOSS_AGGS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 
 
 # --------------------------------------------------------------------------- config
+@dataclass
+class KLConfig:
+    """The KL coefficient beta to the frozen reference: its value, its controller, its
+    per-token estimator and where it acts (TRL's adaptive controller by default)."""
+
+    beta: float = field(default=0.3, metadata=meta("KL coefficient beta (the first, if adaptive)"))
+    adaptive: bool = field(default=True, metadata=meta(
+        "adapt beta toward the KL target", flag="adaptive-kl"))
+    target: float = field(default=6.0, metadata=meta("adaptive KL target (nats)",
+                                                     flag="kl-target"))
+    horizon: float = field(default=10000, metadata=meta("adaptive KL horizon (samples)",
+                                                        flag="kl-horizon"))
+    scale_horizon: bool = field(default=False, metadata=meta(
+        "use horizon x batch_size / 256: the paper's beta step per iteration at any batch",
+        flag="scale-kl-horizon"))
+    penalty: str = field(default="kl", metadata=meta(
+        "per-token KL of the reward: kl | abs | mse | full", flag="kl-penalty"))
+    where: str | None = field(default=None, metadata=meta(
+        "where beta acts: reward | loss (none: the algorithm's own; reward for PPO, loss for "
+        "grpo and dr-grpo)", flag="kl-in"))
+    loss_estimator: str = field(default="k3", metadata=meta(
+        "k1 | k2 | k3 (the KL as a loss)", flag="kl-loss-estimator"))
+
+    def validate(self) -> KLConfig:
+        """Raise ValueError naming the first invalid field; return self otherwise."""
+        check_fields(self)
+        for name in ("target", "horizon"):
+            if not getattr(self, name) > 0:  # also rejects NaN
+                raise ValueError(f"KLConfig.{name} must be > 0, got {getattr(self, name)!r}")
+        if not (self.beta >= 0 and math.isfinite(self.beta)):
+            raise ValueError(f"KLConfig.beta must be a finite number >= 0, got {self.beta!r}")
+        for name, allowed in (("penalty", KL_PENALTIES), ("where", (*KL_IN, None)),
+                              ("loss_estimator", KL_LOSS_ESTIMATORS)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"KLConfig.{name} must be one of {allowed}, got "
+                                 f"{getattr(self, name)!r}")
+        return self
+
+
 @dataclass
 class PPOConfig:
     """Hyperparameters of token-level PPO (TRL-style names and defaults).
@@ -67,16 +108,7 @@ class PPOConfig:
     vf_coef: float = field(default=0.1, metadata=meta("value-loss weight"))
     gamma: float = field(default=1.0, metadata=meta("discount"))
     lam: float = field(default=0.95, metadata=meta("GAE lambda"))
-    init_kl_coef: float = field(default=0.3, metadata=meta("initial KL coefficient beta"))
-    adap_kl_ctrl: bool = field(default=True, metadata=meta("adaptive KL controller",
-                                                            flag="adaptive-kl"))
-    kl_target: float = field(default=6.0, metadata=meta("adaptive KL target (nats)"))
-    kl_horizon: float = field(default=10000, metadata=meta("adaptive KL horizon (samples)"))
-    scale_kl_horizon: bool = field(default=False, metadata=meta(
-        "use kl_horizon x batch_size / 256: the paper's beta step per iteration at any batch"))
-    kl_penalty: str = field(default="kl", metadata=meta("kl | abs | mse | full"))
-    kl_in: str = field(default="reward", metadata=meta("where the KL acts: reward | loss"))
-    kl_loss_estimator: str = field(default="k3", metadata=meta("k1 | k2 | k3 (kl_in=loss)"))
+    kl: KLConfig = field(default_factory=KLConfig)
     whiten_advantages: bool = field(default=True, metadata=meta("whiten advantages"))
     use_score_scaling: bool = field(default=False, metadata=meta("divide scores by their std"))
     use_score_norm: bool = field(default=False, metadata=meta("also subtract their mean"))
@@ -99,8 +131,8 @@ class PPOConfig:
 
     @property
     def effective_kl_horizon(self) -> float:
-        """The adaptive controller's horizon: kl_horizon, scaled to the batch if asked."""
-        return self.kl_horizon * (self.batch_size / 256 if self.scale_kl_horizon else 1.0)
+        """The adaptive controller's horizon: kl.horizon, scaled to the batch if asked."""
+        return self.kl.horizon * (self.batch_size / 256 if self.kl.scale_horizon else 1.0)
 
     @property
     def backward_batch_size(self) -> int:
@@ -116,11 +148,10 @@ class PPOConfig:
 
         for name in ("ppo_epochs", "batch_size", "mini_batch_size", "grad_accum_steps"):
             check_int(f"PPOConfig.{name}", getattr(self, name), 1)
-        for name in ("lr", "cliprange", "cliprange_value", "kl_target", "kl_horizon",
-                     "ratio_threshold"):
+        for name in ("lr", "cliprange", "cliprange_value", "ratio_threshold"):
             if not getattr(self, name) > 0:  # also rejects NaN
                 raise bad(name, "must be > 0")
-        for name in ("vf_coef", "init_kl_coef", "entropy_coef"):
+        for name in ("vf_coef", "entropy_coef"):
             if not getattr(self, name) >= 0:
                 raise bad(name, "must be >= 0")
         for name in ("gamma", "lam"):
@@ -130,9 +161,10 @@ class PPOConfig:
         for name in ("score_clip", "max_grad_norm", "early_stop_kl"):
             if getattr(self, name) is not None and not getattr(self, name) > 0:
                 raise bad(name, "must be None or > 0")
-        for name, allowed in (("kl_penalty", KL_PENALTIES), ("kl_in", KL_IN),
-                              ("kl_loss_estimator", KL_LOSS_ESTIMATORS),
-                              ("loss_agg", LOSS_AGGS),
+        if not isinstance(self.kl, KLConfig):
+            raise bad("kl", "must be a KLConfig")
+        self.kl.validate()
+        for name, allowed in (("loss_agg", LOSS_AGGS),
                               ("old_logprobs", OLD_LOGPROBS)):
             if getattr(self, name) not in allowed:
                 raise bad(name, f"must be one of {allowed}")
@@ -145,7 +177,8 @@ class PPOConfig:
         return self
 
 
-__all__ = ["PPOBatch", "PPOConfig", "aggregate", "forward_passes", "full_kl", "gae", "kl_loss_term",
+__all__ = ["KLConfig", "PPOBatch", "PPOConfig", "aggregate", "forward_passes", "full_kl", "gae",
+           "kl_loss_term",
            "kl_per_token", "masked_mean", "masked_var", "masked_whiten",
            "policy_loss", "ppo_update", "prepare_advantages",
            "value_loss"]
@@ -383,7 +416,7 @@ def _field(out: Any, name: str, required: bool = True) -> Tensor | None:
     return value
 
 
-def _minibatch_loss(policy: Any, mb: PPOBatch, cfg: PPOConfig, kl_coef: float,
+def _minibatch_loss(policy: Any, mb: PPOBatch, cfg: PPOConfig, beta: float,
                     evaluate_kwargs: Mapping[str, Any]) -> tuple[Tensor, dict[str, Tensor]]:
     T, mask = mb.response_mask.shape[1], mb.response_mask
     out = policy.evaluate(mb.input_ids, mb.attention_mask, n_response=T, **evaluate_kwargs)
@@ -401,19 +434,19 @@ def _minibatch_loss(policy: Any, mb: PPOBatch, cfg: PPOConfig, kl_coef: float,
     if cfg.entropy_coef:  # else a statistic only: no backward through (B, T, V) tensors
         loss = loss - cfg.entropy_coef * entropy
     kl_loss = pg.new_zeros(())
-    if cfg.kl_in == "loss":
+    if cfg.kl.where == "loss":
         raw = _field(out, "raw_logprobs", required=False)
         raw = logprobs if raw is None else raw.float()
-        kl_loss = kl_loss_term(raw, mb.ref_logprobs.float(), mask, cfg.kl_loss_estimator,
+        kl_loss = kl_loss_term(raw, mb.ref_logprobs.float(), mask, cfg.kl.loss_estimator,
                                cfg.loss_agg)
-        loss = loss + kl_coef * kl_loss
+        loss = loss + beta * kl_loss
     stats.update(vstats, policy_loss=pg.detach(), value_loss=vf.detach(), loss=loss.detach(),
                  entropy=entropy.detach(), kl_loss=kl_loss.detach())
     return loss, stats
 
 
 def ppo_update(policy: Any, optimizer: torch.optim.Optimizer, batch: PPOBatch, cfg: PPOConfig,
-               generator: torch.Generator | None = None, kl_coef: float | None = None,
+               generator: torch.Generator | None = None, beta: float | None = None,
                evaluate_kwargs: Mapping[str, Any] | None = None,
                backward: Callable[[Tensor], None] | None = None,
                all_ok: Callable[[bool], bool] | None = None) -> dict[str, float]:
@@ -427,8 +460,8 @@ def ppo_update(policy: Any, optimizer: torch.optim.Optimizer, batch: PPOBatch, c
     backward = backward or Tensor.backward
     all_ok = all_ok or bool
     evaluate_kwargs = dict(evaluate_kwargs or {})
-    if cfg.kl_in == "loss" and kl_coef is None:
-        raise ValueError("kl_in='loss' needs kl_coef (the current KL controller value)")
+    if cfg.kl.where == "loss" and beta is None:
+        raise ValueError("kl.where='loss' needs beta (the KL controller's current value)")
     if batch.advantages is None or batch.returns is None:
         prepare_advantages(batch, cfg)
     params = [p for group in optimizer.param_groups for p in group["params"]]
@@ -447,7 +480,7 @@ def ppo_update(policy: Any, optimizer: torch.optim.Optimizer, batch: PPOBatch, c
             passes = forward_passes(step_idx, batch.attention_mask, cfg.mini_batch_size,
                                     cfg.max_tokens_per_pass)
             for micro_idx in passes:
-                loss, stats = _minibatch_loss(policy, batch.index(micro_idx), cfg, kl_coef or 0.0,
+                loss, stats = _minibatch_loss(policy, batch.index(micro_idx), cfg, beta or 0.0,
                                               evaluate_kwargs)
                 ratio, kl = stats["ratio_mean"].item(), stats["approx_kl"].item()
                 if not all(map(math.isfinite, (loss.item(), ratio, kl))):

@@ -1,12 +1,13 @@
 """The worked example of a new learner: critic-free REINFORCE with a group baseline.
 
-Everything a learner needs fits in this file: subclass `Learner` (here with CORY's structure
-mixed in), register it, implement `update`. Here each response's return is its env reward
-minus beta * (summed KL); the advantage is that return minus the mean of the global batch
-(every rank's rows), divided by its std (GRPO-style), spread over every token of the response;
-the clipped PPO loss is reused with the value loss off.
+Everything a learner needs fits in this file: subclass `Learner`, register it (here with CORY's
+structure as the one its own name runs on), implement `update`. Here each response's return is its
+env reward minus beta * (summed KL); the advantage is that return minus the mean of the global
+batch (every rank's rows), divided by its std (GRPO-style), spread over every token of the
+response; the clipped PPO loss is reused with the value loss off.
 
     python -m benchmarks.run --methods ppo,reinforce     # it is now a method like any other
+    python -m benchmarks.run --methods reinforce/single  # the same algorithm on one agent
 """
 
 from __future__ import annotations
@@ -16,16 +17,16 @@ from dataclasses import replace
 import torch
 
 from .base import Learner, register_learner
-from .cory import CoryStructure
+from .cory import CORY
 
 
-@register_learner("reinforce")
-class Reinforce(CoryStructure, Learner):
-    """REINFORCE with a batch-mean baseline and no critic, on CORY's structure."""
+@register_learner("reinforce", structure=CORY)
+class Reinforce(Learner):
+    """REINFORCE with a batch-mean baseline and no critic."""
 
     def agent_config(self, agent):
         """No critic: the value loss is off."""
-        return replace(self.cfg.ppo, vf_coef=0.0)
+        return replace(super().agent_config(agent), vf_coef=0.0)
 
     def update(self, turns, iteration):
         """One clipped policy-gradient update per agent from sequence-level advantages."""

@@ -13,18 +13,18 @@ from __future__ import annotations
 import torch
 
 from .base import joint_whiten, register_learner
-from .cory import CoryStructure
 from .group import GroupLearner
 from .ppo import gae
+from .structure import SINGLE
 
 
-@register_learner("reinforce-pp")
+@register_learner("reinforce-pp", structure=SINGLE)
 class ReinforcePP(GroupLearner):
     """Token-level KL in the reward, reward-to-go returns, global-batch normalisation."""
 
     group_size = 1
     min_group = 1
-    kl_in = "reward"
+    kl_where, kl_where_fixed = "reward", True
 
     def update(self, turns, iteration):
         """Clipped policy-gradient updates from globally normalised reward-to-go."""
@@ -43,10 +43,3 @@ class ReinforcePP(GroupLearner):
                 batches[a].advantages = w
         return {a: self.agents[a].learn(b, turns[a], self.generator)
                 for a, b in batches.items()}
-
-
-@register_learner("cory-reinforce-pp")
-class CoryReinforcePP(CoryStructure, ReinforcePP):
-    """REINFORCE++ on CORY's structure."""
-
-    n_agents = 2

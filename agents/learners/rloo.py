@@ -13,24 +13,17 @@ REINFORCE). No critic.
 from __future__ import annotations
 
 from .base import register_learner
-from .cory import CoryStructure
 from .group import GroupLearner, group_stats
+from .structure import SINGLE
 
 
-@register_learner("rloo")
+@register_learner("rloo", structure=SINGLE)
 class RLOO(GroupLearner):
     """Leave-one-out baseline over each query's G answers; KL in the reward."""
 
-    kl_in = "reward"
+    kl_where, kl_where_fixed = "reward", True
 
     def advantages(self, returns, group):
         """R_i minus the mean of the group's other returns."""
         r, _ = group_stats(returns, group)
         return (r - (r.sum(1, keepdim=True) - r) / (group - 1)).flatten()
-
-
-@register_learner("cory-rloo")
-class CoryRLOO(CoryStructure, RLOO):
-    """RLOO on CORY's structure."""
-
-    n_agents = 2

@@ -13,51 +13,52 @@ from torch import Tensor
 
 # --------------------------------------------------------------------------- KL controllers
 class AdaptiveKLController:
-    """Adaptive KL coefficient of Ziegler et al. (2019)."""
+    """Adaptive KL coefficient beta of Ziegler et al. (2019)."""
 
-    def __init__(self, init: float, target: float, horizon: float):
-        self.value, self.target, self.horizon = float(init), float(target), float(horizon)
+    def __init__(self, beta: float, target: float, horizon: float):
+        self.beta, self.target, self.horizon = float(beta), float(target), float(horizon)
 
     def update(self, current_kl: float, n_steps: int) -> float:
         """beta <- beta * (1 + clip(kl / target - 1, -0.2, 0.2) * n_steps / horizon)."""
         error = min(max(float(current_kl) / self.target - 1.0, -0.2), 0.2)
-        self.value *= 1.0 + error * n_steps / self.horizon
-        return self.value
+        self.beta *= 1.0 + error * n_steps / self.horizon
+        return self.beta
 
     def state_dict(self) -> dict[str, float]:
         """Checkpointable state."""
-        return {"value": self.value, "target": self.target, "horizon": self.horizon}
+        return {"beta": self.beta, "target": self.target, "horizon": self.horizon}
 
     def load_state_dict(self, state: Mapping[str, float]) -> None:
-        """Restore from state_dict()."""
-        self.value, self.target = float(state["value"]), float(state["target"])
+        """Restore from state_dict() (an earlier version's `value` is beta)."""
+        self.beta, self.target = float(state.get("beta", state.get("value"))), \
+            float(state["target"])
         self.horizon = float(state["horizon"])
 
 
 class FixedKLController:
-    """Constant KL coefficient."""
+    """Constant KL coefficient beta."""
 
-    def __init__(self, value: float):
-        self.value = float(value)
+    def __init__(self, beta: float):
+        self.beta = float(beta)
 
     def update(self, current_kl: float, n_steps: int) -> float:
-        """No-op; returns the fixed value."""
-        return self.value
+        """No-op; returns the fixed beta."""
+        return self.beta
 
     def state_dict(self) -> dict[str, float]:
         """Checkpointable state."""
-        return {"value": self.value}
+        return {"beta": self.beta}
 
     def load_state_dict(self, state: Mapping[str, float]) -> None:
-        """Restore from state_dict()."""
-        self.value = float(state["value"])
+        """Restore from state_dict() (an earlier version's `value` is beta)."""
+        self.beta = float(state.get("beta", state.get("value")))
 
 
 def make_kl_controller(cfg: Any) -> AdaptiveKLController | FixedKLController:
-    """The controller cfg asks for (adaptive if cfg.adap_kl_ctrl)."""
-    if cfg.adap_kl_ctrl:
-        return AdaptiveKLController(cfg.init_kl_coef, cfg.kl_target, cfg.effective_kl_horizon)
-    return FixedKLController(cfg.init_kl_coef)
+    """The controller a PPOConfig's `kl` asks for (adaptive if kl.adaptive)."""
+    if cfg.kl.adaptive:
+        return AdaptiveKLController(cfg.kl.beta, cfg.kl.target, cfg.effective_kl_horizon)
+    return FixedKLController(cfg.kl.beta)
 
 
 # --------------------------------------------------------------------------- scores

@@ -88,10 +88,10 @@ def run_config(cfg) -> dict[str, object]:
 def saved_config(state: dict):
     """The TrainConfig a checkpoint was written under (its `run_config` read back)."""
     from . import cli
-    from .train import TrainConfig
+    from .train import TrainConfig, upgrade_settings
 
     values = {}
-    for key, value in state["config"].items():
+    for key, value in upgrade_settings(state["config"]).items():
         path = tuple(key.split("."))
         _, tp = cli.field_at(TrainConfig, path)
         values[path] = cli.literal(value) if isinstance(value, str) and tp is not str else value

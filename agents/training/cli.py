@@ -238,10 +238,11 @@ def catalogue() -> str:
     """The registered methods, tasks and each task's options, for a CLI's --help."""
     from cory_env import registered_tasks, task_options
 
-    from ..learners.base import registered_learners
+    from ..learners.base import registered_methods, registered_structures
 
-    lines = ["methods (registered learners; --import adds yours):",
-             "  " + ", ".join(registered_learners()), "tasks and their options (--task-options "
+    lines = ["methods (an algorithm on a structure; --import adds yours; any algorithm/structure "
+             "is one too, structures: " + ", ".join(registered_structures()) + "):",
+             "  " + ", ".join(registered_methods()), "tasks and their options (--task-options "
              "k=v,...; a task's tokenizer defaults to --model's when it takes one):"]
     for task in registered_tasks():
         opts = ", ".join(f"{k}={v!r}" for k, v in task_options(task).items())

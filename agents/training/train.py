@@ -5,8 +5,9 @@
     for metrics in trainer.run():
         print(metrics["llm_0"]["task_reward"])
 
-A method is a registered learner's name (`agents.learners.base.registered_learners()`); the learner
-declares the env structure it trains on and whether it needs a critic.
+A method is an algorithm on a structure (`agents.learners.base.resolve_method`): a registered name
+(`registered_methods()`) or `algorithm/structure`. TrainConfig extends the LearnerConfig (the
+learner's own settings are declared once, there).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import math
 import os
 import time
 import warnings
@@ -30,9 +30,9 @@ from cory_env.config import check_fields, meta
 from cory_env.files import check_local_path
 from cory_env.pretrained import check_model, resolve_model
 
-from ..learners.base import LearnerConfig, learner_class
+from ..learners.base import LearnerConfig, resolve_method
 from ..learners.comm import Comm
-from ..learners.ppo import PPOConfig
+from ..learners.ppo import KLConfig, PPOConfig
 from ..llm.loading import LoraSettings, check_adapter_base, check_weights, model_positions
 from ..llm.policy import LLMPolicy
 from ..llm.rollout import rollout
@@ -41,12 +41,14 @@ from ..llm.speed import check_mixed_precision
 
 
 @dataclass
-class TrainConfig:
-    """One training run: task, method, model and every hyperparameter."""
+class TrainConfig(LearnerConfig):
+    """One training run: task, method, model and every hyperparameter (the learner's own
+    settings, `ppo`, `sampling`, `t_rex`, ..., are LearnerConfig's fields)."""
 
     task: str = field(default="sentiment", metadata=meta(
         "task name (cory_env.registered_tasks)", check=False))  # or a Task class / instance
-    method: str = field(default="cory", metadata=meta("learner name (registered_learners)"))
+    method: str = field(default="cory", metadata=meta(
+        "method: a registered name (registered_methods) or algorithm/structure"))
     model: str | None = field(default=None, metadata=meta(
         "HF name or local folder; none: the offline task's reference LM"))
     n_agents: int | None = field(default=None, metadata=meta(
@@ -62,15 +64,6 @@ class TrainConfig:
         "tokens per answer (none: the task's default)"))
     seed: int = field(default=0, metadata=meta("seed of models, sampling and data order"))
     device: str = field(default="cpu", metadata=meta("torch device"))
-    t_rex: int = field(default=5, metadata=meta("role-exchange period T_REx"))
-    group_size: int | None = field(default=None, metadata=meta(
-        "answers per query G (none: the learner's default; 4 for grpo, dr-grpo, rloo)"))
-    per_agent_norm: bool = field(default=True, metadata=meta(
-        "two agents: normalise advantages per agent, not over both (Dr. MAS)"))
-    group_kl_in: str = field(default="loss", metadata=meta(
-        "grpo/dr-grpo: KL as a loss term (k3) or in the reward"))
-    eta: float | None = field(default=None, metadata=meta(
-        "KL weight of the combined reward (none: the current beta)"))
     lora: LoraSettings | None = field(default=None, metadata=meta("train LoRA adapters"))
     load_in_4bit: bool = field(default=False, metadata=meta("4-bit nf4 base (needs LoRA, CUDA)"))
     shared_base: bool = field(default=True, metadata=meta(
@@ -85,10 +78,10 @@ class TrainConfig:
     # The offline default, as the benchmark trains: the paper's IMDB PPO table but lr 1e-4
     # (20 x 32 episodes are ~40x fewer samples than its 100 x 256) and one 32-row mini-batch.
     # The KL horizon scales with the batch (10000 x 32 / 256 here), so beta adapts per
-    # iteration as fast as in the paper's batch-256 runs (`scale_kl_horizon=False`: raw).
+    # iteration as fast as in the paper's batch-256 runs (`--no-scale-kl-horizon`: raw).
     ppo: PPOConfig = field(default_factory=lambda: PPOConfig(
-        lr=1e-4, batch_size=32, mini_batch_size=32, kl_penalty="full", scale_kl_horizon=True))
-    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+        lr=1e-4, batch_size=32, mini_batch_size=32,
+        kl=KLConfig(penalty="full", scale_horizon=True)))
 
     def validate(self) -> TrainConfig:
         """Check the config before any model is loaded, naming the bad field."""
@@ -98,7 +91,7 @@ class TrainConfig:
             if isinstance(value, (list, tuple)):
                 setattr(self, name, {f"llm_{i}": p for i, p in enumerate(value) if p is not None})
         for name, kind in (("ppo", PPOConfig), ("sampling", SamplingConfig), ("task_options", dict),
-                           ("placement", dict), ("models", dict), ("adapters", dict)):
+                           ("placement", dict), ("models", dict), ("adapters", dict)):  # early
             if not isinstance(getattr(self, name), kind):
                 raise ValueError(f"TrainConfig.{name} must be a {kind.__name__}, got "
                                  f"{getattr(self, name)!r}")
@@ -152,7 +145,7 @@ class TrainConfig:
                 raise ValueError(f"task {self.task!r} options {self.task_options}: {err}") \
                     from None
             self._check_lengths(task, k)
-        for name in ("iterations", "batch_size", "t_rex"):
+        for name in ("iterations", "batch_size"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -161,19 +154,14 @@ class TrainConfig:
             raise ValueError(f"max_new_tokens must be None or a positive integer, "
                              f"got {self.max_new_tokens!r}")
         check_int("seed", self.seed, 0, 2 ** 32)  # what numpy and torch seed from
-        if self.eta is not None and not (isinstance(self.eta, (int, float)) and
-                                         math.isfinite(self.eta) and self.eta >= 0):
-            raise ValueError(f"eta must be None or a finite number >= 0, got {self.eta!r}")
         default = TrainConfig.__dataclass_fields__["ppo"].default_factory()
         if all(getattr(self.ppo, f.name) == getattr(default, f.name)
                for f in dataclasses.fields(PPOConfig) if f.name != "batch_size"):
             mini_batch_follows(self)  # the PPO settings were not given: fit the batch
         if self.ppo.batch_size != self.batch_size:
             self.ppo = dataclasses.replace(self.ppo, batch_size=self.batch_size)
-        self.sampling.validate()
-        LearnerConfig(ppo=self.ppo, group_size=self.group_size, per_agent_norm=self.per_agent_norm,
-                      group_kl_in=self.group_kl_in).validate()  # validates self.ppo too
-        group = self.group_size or learner_class(self.method).group_size
+        super().validate()  # the learner's settings: ppo (and its kl), sampling, t_rex, ...
+        group = self.group_size or resolve_method(self.method).algorithm.group_size
         if self.batch_size % group:
             raise ValueError(f"batch_size={self.batch_size} must be divisible by the group size "
                              f"{group} (answers per query of {self.method!r}; set group_size)")
@@ -184,7 +172,7 @@ class TrainConfig:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         check_device("device", self.device)
-        models = [*names, *learner_class(self.method).extra_model_names]
+        models = [*names, *resolve_method(self.method).algorithm.extra_model_names]
         for agent, dev in self.placement.items():
             if agent not in models:
                 raise ValueError(f"placement key {agent!r} must be one of {models}")
@@ -213,7 +201,7 @@ class TrainConfig:
 
     def agents_count(self) -> int:
         """K: n_agents, else the method's default; a ValueError naming a K it cannot train."""
-        default = learner_class(self.method).n_agents
+        default = resolve_method(self.method).n_agents
         k = self.n_agents
         if k is None:
             return default
@@ -263,6 +251,52 @@ def mini_batch_follows(cfg: TrainConfig) -> TrainConfig:
     cfg.ppo = dataclasses.replace(ppo, batch_size=b, mini_batch_size=b // accum,
                                   grad_accum_steps=accum)
     return cfg
+
+
+# Settings that earlier versions saved under other names (run folders, checkpoints):
+# old dotted path -> today's (None: no longer a setting)
+RENAMED = {"ppo.init_kl_coef": "ppo.kl.beta", "ppo.adap_kl_ctrl": "ppo.kl.adaptive",
+           "ppo.kl_target": "ppo.kl.target", "ppo.kl_horizon": "ppo.kl.horizon",
+           "ppo.scale_kl_horizon": "ppo.kl.scale_horizon", "ppo.kl_penalty": "ppo.kl.penalty",
+           "ppo.kl_in": "ppo.kl.where", "ppo.kl_loss_estimator": "ppo.kl.loss_estimator",
+           "group_kl_in": None}
+
+
+def upgrade_settings(saved: dict) -> dict:
+    """A TrainConfig's saved settings (nested as `dataclasses.asdict` writes them, or flat by
+    dotted path) in today's names; where the KL acts is kept only when an earlier version
+    was told something other than its default."""
+    flat = not any(isinstance(v, dict) and k in ("ppo", "sampling") for k, v in saved.items())
+    out = copy.deepcopy(saved)
+    old_group = _pop(out, "group_kl_in", flat)
+    for old, new in RENAMED.items():
+        value = _pop(out, old, flat)
+        if value is _MISSING or new is None:
+            continue
+        if new == "ppo.kl.where":
+            value = "loss" if value == "loss" else ("reward" if old_group == "reward" else None)
+        if flat:
+            out[new] = value
+        else:
+            node = out
+            for part in new.split(".")[:-1]:
+                node = node.setdefault(part, {})
+            node[new.split(".")[-1]] = value
+    return out
+
+
+_MISSING = object()
+
+
+def _pop(d: dict, path: str, flat: bool):
+    if flat:
+        return d.pop(path, _MISSING)
+    *parents, last = path.split(".")
+    for part in parents:
+        d = d.get(part)
+        if not isinstance(d, dict):
+            return _MISSING
+    return d.pop(last, _MISSING)
 
 
 def more_samples(cfg: TrainConfig, k: int) -> TrainConfig:
@@ -460,19 +494,18 @@ class Trainer:
         check_device("device", cfg.device, present=True)  # here, before any model loads
         for agent, dev in cfg.placement.items():
             check_device(f"placement[{agent!r}]", dev, present=True)
-        self.learner_cls = learner_class(cfg.method)
+        self.method = resolve_method(cfg.method)
+        self.learner_cls = self.method.algorithm
         if self.learner_cls.batch_multiplier > 1:
             self.cfg = cfg = more_samples(cfg, self.learner_cls.batch_multiplier)
-        lcfg = LearnerConfig(ppo=cfg.ppo, sampling=cfg.sampling, t_rex=cfg.t_rex, eta=cfg.eta,
-                             group_size=cfg.group_size, per_agent_norm=cfg.per_agent_norm,
-                             group_kl_in=cfg.group_kl_in)
         agents = list(agent_names(cfg.agents_count()))
         tokenizer, task = self._tokenizer(), self._task()
         check_tokenizers(cfg, agents, task)
         names = self.learner_cls.extra_model_names
         policies = build_policies(cfg, agents, names)
         extra = {name: policies.pop(name) for name in names}
-        self.learner = self.learner_cls(policies, lcfg, seed=cfg.seed, comm=comm, **extra)
+        self.learner = self.learner_cls(policies, cfg.learner_part(), seed=cfg.seed, comm=comm,
+                                        structure=self.method.structure, **extra)
         self.env = BatchedCoryEnv(batch_size=cfg.batch_size, task=task,
                                   tokenizer=tokenizer, max_new_tokens=cfg.max_new_tokens,
                                   seed=cfg.seed, **self.learner.env_settings(),

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from agents.learners.ppo import PPOConfig
+from agents.learners.ppo import KLConfig, PPOConfig
 from agents.training.train import TrainConfig
 from cory_env import register_task
 from cory_env.tasks.course import COLOURS, CourseTask, course_tokenizer
@@ -40,8 +40,7 @@ def course_lm(folder: str) -> str:
 
 def course_config(method: str, model: str, iterations: int = 8, seed: int = 0) -> TrainConfig:
     """A fast training config on the colours task (seconds on a laptop CPU)."""
-    ppo = PPOConfig(batch_size=16, mini_batch_size=8, lr=1e-2, init_kl_coef=0.02,
-                    kl_penalty="kl")
+    ppo = PPOConfig(batch_size=16, mini_batch_size=8, lr=1e-2, kl=KLConfig(beta=0.02, penalty="kl"))
     return TrainConfig(task="colours", method=method, model=model, iterations=iterations,
                        batch_size=16, seed=seed, t_rex=3, ppo=ppo)
 

@@ -10,14 +10,14 @@ import tempfile
 from dataclasses import replace
 
 from agents.learners.base import Learner, register_learner
-from agents.learners.cory import CoryStructure
+from agents.learners.cory import CORY
 from agents.training.train import Trainer
 
 from .common import course_config, course_lm
 
 
-@register_learner("reinforce-ema")
-class ReinforceEMA(CoryStructure, Learner):
+@register_learner("reinforce-ema", structure=CORY)
+class ReinforceEMA(Learner):
     """REINFORCE: advantage = return - moving average of past returns; no critic."""
 
     decay = 0.9
@@ -29,7 +29,7 @@ class ReinforceEMA(CoryStructure, Learner):
 
     def agent_config(self, agent):
         """No critic, so no value loss."""
-        return replace(self.cfg.ppo, vf_coef=0.0)
+        return replace(super().agent_config(agent), vf_coef=0.0)
 
     def update(self, turns, iteration):
         """Sequence-level advantages against each agent's running baseline."""

@@ -36,12 +36,12 @@ cory_env.register_task("shardtoy", ShardToyTask)
 
 
 def config(model, method="cory", **kw):
-    from agents.learners.ppo import PPOConfig
+    from agents.learners.ppo import KLConfig, PPOConfig
     from agents.training.train import TrainConfig
 
     batch = kw.pop("batch_size", 8)
     ppo = PPOConfig(batch_size=batch, mini_batch_size=kw.pop("mini_batch_size", 4), ppo_epochs=2,
-                    lr=3e-3, init_kl_coef=0.05)
+                    lr=3e-3, kl=KLConfig(beta=0.05))
     return TrainConfig(task=kw.pop("task", "shardtoy"), method=method, model=model,
                        batch_size=batch, ppo=ppo, iterations=kw.pop("iterations", 3), **kw)
 
@@ -177,7 +177,7 @@ def checks_rank(model, out) -> None:
     # 2. the adaptive KL controller sees the global KL: rank 0's KL is below the target,
     # rank 1's above, so unsynchronised controllers would move in opposite directions
     cfg = config(model, "cory", iterations=1)
-    cfg.ppo.kl_penalty, cfg.ppo.kl_horizon = "full", 100.0
+    cfg.ppo.kl.penalty, cfg.ppo.kl.horizon = "full", 100.0
     trainer = DistributedTrainer(cfg, acc)
     update = trainer.learner.update
 

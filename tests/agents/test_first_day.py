@@ -16,8 +16,8 @@ from helpers import ToyTask, save_toy_lm
 from transformers import GPT2Config, GPT2LMHeadModel
 
 import cory_env
-from agents.learners.base import IPPO, register_learner, registered_learners
-from agents.learners.ppo import PPOConfig
+from agents.learners.base import IPPO, register_learner, registered_methods
+from agents.learners.ppo import KLConfig, PPOConfig
 from agents.training.train import TrainConfig, Trainer
 from cory_env import Query, plugins
 
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def config(model, method="cory", **kw):
-    ppo = PPOConfig(batch_size=8, mini_batch_size=4, ppo_epochs=2, lr=3e-3, init_kl_coef=0.05,
+    ppo = PPOConfig(batch_size=8, mini_batch_size=4, ppo_epochs=2, lr=3e-3, kl=KLConfig(beta=0.05),
                     **kw.pop("ppo", {}))
     return TrainConfig(task="toy", method=method, model=model, batch_size=8, ppo=ppo,
                        iterations=kw.pop("iterations", 4), **kw)
@@ -55,7 +55,7 @@ PLUGIN = textwrap.dedent('''
 def test_import_by_file_or_module_registers_learners_and_tasks(tmp_path, monkeypatch):
     (tmp_path / "my_plugin.py").write_text(PLUGIN)
     plugins.load_plugin(str(tmp_path / "my_plugin.py"))
-    assert "plugin-ippo" in registered_learners()
+    assert "plugin-ippo" in registered_methods()
     assert "plugin-sentiment" in cory_env.registered_tasks()
     assert cory_env.make_task("plugin-sentiment").name == "plugin-sentiment"
     with pytest.raises(ValueError, match="--import 'no_such_module_x': No module named"):
@@ -98,7 +98,7 @@ def test_entry_points_register_without_an_import(tmp_path, monkeypatch):
     (dist / "entry_points.txt").write_text("[cory.learners]\nmine = ep_pkg\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     assert "mine" in plugins.load_entry_points.__wrapped__("cory.learners")
-    assert "ep-ippo" in registered_learners() and "ep-sentiment" in cory_env.registered_tasks()
+    assert "ep-ippo" in registered_methods() and "ep-sentiment" in cory_env.registered_tasks()
 
 
 def test_built_in_names_cannot_be_replaced():
@@ -115,7 +115,7 @@ def test_built_in_names_cannot_be_replaced():
 def _exercise_learners():
     from examples.exercises import ex2_learner, ex3_rewards  # noqa: F401  (they register)
 
-    return registered_learners()
+    return registered_methods()
 
 
 @pytest.mark.parametrize("method", _exercise_learners())
@@ -225,11 +225,14 @@ def test_bad_train_settings_are_named_before_anything_loads(field, value, messag
     ("lr", -1.0, "lr must be > 0"),
     ("ppo_epochs", 0, "ppo_epochs"),
     ("gamma", float("nan"), "PPOConfig.gamma must be a float, got nan"),
-    ("kl_penalty", "kl2", "kl_penalty"),
+    ("kl.penalty", "kl2", "KLConfig.penalty must be one of"),
+    ("kl.beta", -1.0, "KLConfig.beta must be a finite number >= 0, got -1.0"),
+    ("kl.where", "both", "KLConfig.where must be one of"),
 ])
 def test_bad_ppo_settings_are_named(field, value, message):
     cfg = PPOConfig()
-    setattr(cfg, field, value)
+    *parents, name = field.split(".")
+    setattr(cfg.kl if parents else cfg, name, value)
     with pytest.raises(ValueError, match=message):
         cfg.validate()
 

@@ -9,10 +9,10 @@ import torch
 from helpers import ToyTask
 
 import cory_env
-from agents.learners.base import joint_whiten, learner_class
+from agents.learners.base import joint_whiten, resolve_method
 from agents.learners.dr_grpo import DrGRPO
 from agents.learners.grpo import GRPO
-from agents.learners.ppo import PPOConfig, aggregate, policy_loss
+from agents.learners.ppo import KLConfig, PPOConfig, aggregate, policy_loss
 from agents.learners.rloo import RLOO
 from agents.llm.policy import LLMPolicy
 from agents.llm.rollout import play_turn
@@ -153,8 +153,8 @@ def course_run(model, method, iterations=6, seed=0):
     """llm_0's reward curve on the course prompts with the `colours` reward (colour words in
     the answer, 0-2: dense enough for a tiny LM to learn in seconds; the course's exact-colour
     reward plateaus near 0.1 for every learner, PPO included, at this size)."""
-    ppo = PPOConfig(batch_size=32, mini_batch_size=16, lr=1e-2, init_kl_coef=0.02,
-                    kl_penalty="kl")
+    ppo = PPOConfig(batch_size=32, mini_batch_size=16, lr=1e-2,
+                    kl=KLConfig(beta=0.02, penalty="kl"))
     cfg = TrainConfig(task="colours", method=method, model=model, batch_size=32, seed=seed,
                       iterations=iterations, t_rex=3, ppo=ppo)
     return [m["llm_0"]["task_reward"] for m in Trainer(cfg).run()]
@@ -164,7 +164,7 @@ def course_run(model, method, iterations=6, seed=0):
 def test_each_group_learner_raises_the_reward_on_the_course(course_model, method):
     curve = course_run(course_model, method)  # measured: 0.53 -> 1.7-1.9 (single), 1.3-1.9
     assert sum(curve[-2:]) / 2 > curve[0] + 0.6, curve
-    assert learner_class(method).n_agents == (2 if method.startswith("cory-") else 1)
+    assert resolve_method(method).n_agents == (2 if method.startswith("cory-") else 1)
 
 
 def test_group_learners_are_deterministic_under_a_seed(course_model):

@@ -7,10 +7,10 @@ import torch
 from helpers import ToyTask, needs_cxx
 
 import cory_env
-from agents.learners.base import registered_learners
+from agents.learners.base import registered_methods
 from agents.learners.cory import rotation
 from agents.learners.mappo import compact, joint_gae, uncompact
-from agents.learners.ppo import PPOConfig, gae
+from agents.learners.ppo import KLConfig, PPOConfig, gae
 from agents.llm.rollout import rollout
 from agents.training.train import TrainConfig, Trainer
 
@@ -18,7 +18,7 @@ cory_env.register_task("toy", ToyTask)
 
 
 def config(toy_lm, method, **kw):
-    ppo = PPOConfig(batch_size=16, mini_batch_size=8, lr=3e-3, init_kl_coef=0.05,
+    ppo = PPOConfig(batch_size=16, mini_batch_size=8, lr=3e-3, kl=KLConfig(beta=0.05),
                     max_tokens_per_pass=kw.pop("max_tokens_per_pass", None),
                     old_logprobs=kw.pop("old_logprobs", "auto"))
     return TrainConfig(task="toy", method=method, model=toy_lm, batch_size=16, ppo=ppo,
@@ -38,7 +38,7 @@ def test_role_exchange_keeps_optimizer_state_and_flips_first_agent(toy_lm):
     trainer = Trainer(config(toy_lm, "cory", t_rex=2, iterations=3))
     agents = trainer.learner.agents
     optimizers = {a: s.optimizer for a, s in agents.items()}
-    kl_ctls = {a: s.kl_ctl for a, s in agents.items()}
+    kl_ctls = {a: s.kl_controller for a, s in agents.items()}
     m0, m1 = trainer.step(), trainer.step()
     assert m0["llm_0"]["role"] == "pioneer" and m0["rotation"] == 0
     moments = {a: [st["exp_avg"].clone() for st in s.optimizer.state.values()]
@@ -48,7 +48,7 @@ def test_role_exchange_keeps_optimizer_state_and_flips_first_agent(toy_lm):
     assert m2["rotation"] == 1 and m2["llm_1"]["role"] == "pioneer"
     assert m2["llm_0"]["role"] == "observer"
     for a, s in agents.items():
-        assert s.optimizer is optimizers[a] and s.kl_ctl is kl_ctls[a]
+        assert s.optimizer is optimizers[a] and s.kl_controller is kl_ctls[a]
         # Adam kept its moments: the step count went on from where it was
         assert [int(st["step"]) for st in s.optimizer.state.values()] == \
             [n + m1[a]["optimizer_steps"] for n in steps[a]]
@@ -120,7 +120,7 @@ def test_method_presets_set_the_env_structure(toy_lm):
     assert all(trainer.learner.reset_options(i)["rotation"] == 0 for i in range(20))
     assert Trainer(config(toy_lm, "ppo")).env.config.single_agent
     methods = {"ppo", "ippo", "cory", "mappo", "cory-no-kt", "cory-no-re", "cory-individual"}
-    assert methods | {"reinforce"} <= set(registered_learners())
+    assert methods | {"reinforce"} <= set(registered_methods())
 
 
 def test_bad_train_config_names_the_field(toy_lm):

@@ -11,7 +11,7 @@ from helpers import ToyTask
 
 import cory_env
 from agents.learners.mappo import joint_sequence, mappo_advantages
-from agents.learners.ppo import PPOConfig
+from agents.learners.ppo import KLConfig, PPOConfig
 from agents.training.train import TrainConfig, Trainer
 
 cory_env.register_task("toy", ToyTask)
@@ -19,7 +19,7 @@ PAD, EOS = 0, 9
 
 
 def config(toy_lm, method="mappo", **ppo):
-    kw = dict(batch_size=8, mini_batch_size=4, lr=3e-3, init_kl_coef=0.05, ppo_epochs=2)
+    kw = dict(batch_size=8, mini_batch_size=4, lr=3e-3, kl=KLConfig(beta=0.05), ppo_epochs=2)
     kw.update(ppo)
     return TrainConfig(task="toy", method=method, model=toy_lm, batch_size=kw["batch_size"],
                        ppo=PPOConfig(**kw), iterations=4)
@@ -76,7 +76,8 @@ def test_the_observers_first_value_is_read_at_the_pioneers_last_real_token():
 
 def test_mappo_sees_the_same_shaped_rewards_as_every_learner(toy_lm, monkeypatch):
     """score_clip=1 with env rewards of 50: the critic's returns are clipped scores, not 50."""
-    cfg = config(toy_lm, score_clip=1.0, gamma=1.0, lam=1.0, kl_penalty="full")
+    cfg = config(toy_lm, score_clip=1.0, gamma=1.0, lam=1.0,
+                 kl=KLConfig(beta=0.05, penalty="full"))
     trainer = Trainer(cfg)
     learner, seen = trainer.learner, {}
     update, update_critic = learner.update, learner.update_critic

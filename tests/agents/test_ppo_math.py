@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from agents.learners.ppo import (
+    KLConfig,
     PPOBatch,
     PPOConfig,
     forward_passes,
@@ -220,12 +221,12 @@ def test_value_loss_clipped_and_unclipped_regimes():
 def test_adaptive_kl_controller_formula_and_state():
     ctl = AdaptiveKLController(0.3, target=6.0, horizon=10000)
     ctl.update(9.0, n_steps=256)  # error = clip(0.5) = 0.2
-    assert ctl.value == pytest.approx(0.3 * (1 + 0.2 * 256 / 10000))
+    assert ctl.beta == pytest.approx(0.3 * (1 + 0.2 * 256 / 10000))
     ctl.update(5.4, n_steps=256)  # error = -0.1
-    assert ctl.value == pytest.approx(0.3 * 1.00512 * (1 - 0.1 * 256 / 10000))
+    assert ctl.beta == pytest.approx(0.3 * 1.00512 * (1 - 0.1 * 256 / 10000))
     ctl.update(0.0, n_steps=100)  # error clipped to -0.2
     expected = 0.3 * 1.00512 * 0.99744 * (1 - 0.2 * 100 / 10000)
-    assert ctl.value == pytest.approx(expected)
+    assert ctl.beta == pytest.approx(expected)
     other = AdaptiveKLController(1.0, 1.0, 1.0)
     other.load_state_dict(ctl.state_dict())
     assert other.state_dict() == ctl.state_dict()
@@ -233,7 +234,9 @@ def test_adaptive_kl_controller_formula_and_state():
     assert fixed.update(100.0, 32) == 0.01
     fixed2 = FixedKLController(5.0)
     fixed2.load_state_dict(fixed.state_dict())
-    assert fixed2.value == 0.01
+    assert fixed2.beta == 0.01
+    fixed2.load_state_dict({"value": 0.5})  # a checkpoint of an earlier version
+    assert fixed2.beta == 0.5
     assert isinstance(make_kl_controller(IMDB_PRESET), AdaptiveKLController)
     assert isinstance(make_kl_controller(gsm8k_preset("cory")), FixedKLController)
 
@@ -276,8 +279,7 @@ def test_scale_scores_scaling_norm_and_clip():
 @pytest.mark.parametrize("field,value", [
     ("lr", -1e-5), ("lr", NAN), ("ppo_epochs", 0), ("batch_size", 0), ("mini_batch_size", 2.5),
     ("cliprange", 0.0), ("vf_coef", -0.1), ("gamma", 1.5), ("lam", -0.1),
-    ("init_kl_coef", -1.0), ("kl_target", 0.0), ("kl_penalty", "kl2"), ("kl_in", "both"),
-    ("kl_loss_estimator", "k4"), ("score_clip", 0.0), ("max_grad_norm", -1.0),
+    ("score_clip", 0.0), ("max_grad_norm", -1.0),
     ("early_stop_kl", -0.5), ("ratio_threshold", 0.0), ("entropy_coef", -0.01),
     ("max_tokens_per_pass", 0), ("max_tokens_per_pass", 64.0), ("old_logprobs", "decode"),
 ])
@@ -290,6 +292,19 @@ def test_config_validate_names_the_field(field, value):
         PPOConfig(**{field: value})
 
 
+@pytest.mark.parametrize("field,value", [
+    ("beta", -1.0), ("beta", NAN), ("target", 0.0), ("horizon", -1.0), ("penalty", "kl2"),
+    ("where", "both"), ("loss_estimator", "k4"), ("adaptive", 1),
+])
+def test_kl_config_validate_names_the_field(field, value):
+    kl = KLConfig()
+    setattr(kl, field, value)
+    with pytest.raises(ValueError, match=f"KLConfig.{field} "):
+        kl.validate()
+    with pytest.raises(ValueError, match=f"KLConfig.{field} "):
+        PPOConfig(kl=kl)
+
+
 def test_config_batch_divisibility_and_presets():
     with pytest.raises(ValueError, match="batch_size=32 must be divisible"):
         PPOConfig(batch_size=32, mini_batch_size=4, grad_accum_steps=3)
@@ -297,14 +312,14 @@ def test_config_batch_divisibility_and_presets():
     assert PPOConfig().validate() == PPOConfig()
     imdb = IMDB_PRESET
     assert (imdb.lr, imdb.batch_size, imdb.mini_batch_size) == (1.41e-5, 256, 256)
-    assert (imdb.ppo_epochs, imdb.grad_accum_steps, imdb.kl_penalty) == (4, 1, "full")
-    assert (imdb.init_kl_coef, imdb.vf_coef, imdb.gamma, imdb.lam) == (0.3, 0.1, 1.0, 0.95)
-    assert imdb.adap_kl_ctrl and imdb.kl_target == 6.0 and imdb.kl_horizon == 10000
+    assert (imdb.ppo_epochs, imdb.grad_accum_steps, imdb.kl.penalty) == (4, 1, "full")
+    assert (imdb.kl.beta, imdb.vf_coef, imdb.gamma, imdb.lam) == (0.3, 0.1, 1.0, 0.95)
+    assert imdb.kl.adaptive and imdb.kl.target == 6.0 and imdb.kl.horizon == 10000
     cory, ppo = gsm8k_preset("cory"), gsm8k_preset("PPO")
     assert (cory.lr, ppo.lr) == (1e-4, 1e-5)
     for cfg in (cory, ppo):
         assert (cfg.batch_size, cfg.mini_batch_size, cfg.grad_accum_steps) == (32, 2, 16)
-        assert cfg.init_kl_coef == 0.01 and not cfg.adap_kl_ctrl
+        assert cfg.kl.beta == 0.01 and not cfg.kl.adaptive
     with pytest.raises(ValueError, match="grpo"):
         gsm8k_preset("grpo")
 
@@ -482,11 +497,11 @@ def test_forward_passes_pack_rows_under_a_token_budget():
 def test_ppo_update_kl_in_loss_and_early_stop():
     policy, batch = make_setup()
     batch.ref_logprobs = batch.ref_logprobs - 0.3
-    cfg = dataclasses.replace(CFG, kl_in="loss", kl_loss_estimator="k3")
+    cfg = dataclasses.replace(CFG, kl=KLConfig(where="loss", loss_estimator="k3"))
     opt = torch.optim.Adam(policy.parameters(), lr=CFG.lr)
-    with pytest.raises(ValueError, match="kl_coef"):
+    with pytest.raises(ValueError, match="needs beta"):
         ppo_update(policy, opt, batch, cfg)
-    stats = ppo_update(policy, opt, batch, cfg, kl_coef=0.5, evaluate_kwargs={"as_object": True})
+    stats = ppo_update(policy, opt, batch, cfg, beta=0.5, evaluate_kwargs={"as_object": True})
     assert stats["kl_loss"] > 0 and stats["skipped_batches"] == 0
     policy, batch = make_setup()
     cfg = dataclasses.replace(CFG, early_stop_kl=1e-12)

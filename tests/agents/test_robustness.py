@@ -11,7 +11,7 @@ import torch
 from helpers import ToyTask
 
 import cory_env
-from agents.learners.ppo import PPOConfig
+from agents.learners.ppo import KLConfig, PPOConfig
 from agents.training import train as train_module
 from agents.training.train import TrainConfig, Trainer
 
@@ -19,7 +19,7 @@ cory_env.register_task("toy", ToyTask)
 
 
 def config(model, method="cory", **kw):
-    ppo = PPOConfig(batch_size=8, mini_batch_size=4, ppo_epochs=2, lr=3e-3, init_kl_coef=0.05,
+    ppo = PPOConfig(batch_size=8, mini_batch_size=4, ppo_epochs=2, lr=3e-3, kl=KLConfig(beta=0.05),
                     **kw.pop("ppo", {}))
     return TrainConfig(task=kw.pop("task", "toy"), method=method, model=model, batch_size=8,
                        ppo=ppo, iterations=kw.pop("iterations", 3), **kw)

@@ -207,8 +207,8 @@ def test_presets_resolve_to_the_papers_settings():
     t = imdb.train
     assert (t.model, t.batch_size, t.ppo.mini_batch_size, t.iterations) == \
         ("gpt2-large", 256, 256, 100)
-    assert t.sampling.repetition_penalty == 1.1 and t.ppo.kl_penalty == "full" \
-        and t.ppo.adap_kl_ctrl
+    assert t.sampling.repetition_penalty == 1.1 and t.ppo.kl.penalty == "full" \
+        and t.ppo.kl.adaptive
     assert t.task_options["reward_model"] == "lvwerra/distilbert-imdb"
     assert resolve_config("imdb-xl", **cpu).train.model == "gpt2-xl"
     gsm = resolve_config("gsm8k", **cpu)
@@ -223,7 +223,7 @@ def test_presets_resolve_to_the_papers_settings():
     assert quick.quick and len(quick.seeds) == 1 and quick.train.iterations <= 5
     sweep = resolve_config("offline", eta_sweep=[1e-3])
     tc = benchmarks.train_config(sweep, benchmarks.run_specs(sweep)[0])
-    assert tc.ppo.init_kl_coef == 1e-3 and not tc.ppo.adap_kl_ctrl and tc.eta == 1e-3
+    assert tc.ppo.kl.beta == 1e-3 and not tc.ppo.kl.adaptive and tc.eta == 1e-3
     capped = resolve_config("offline", max_tokens_per_pass=512, old_logprobs="sampler")
     tc = benchmarks.train_config(capped, benchmarks.run_specs(capped)[0])
     assert tc.ppo.max_tokens_per_pass == 512 and tc.ppo.mini_batch_size == 32

@@ -82,14 +82,14 @@ def train_config(model: str, method: str, *, task: str = "perf-ref", batch_size:
     maps config paths to values (`{"ppo.max_tokens_per_pass": 512, "lora": True}`), set as the
     command line sets them (`agents.training.cli.apply`); the reference workload adds its
     repetition penalty 1.1 and KL coefficient 0.3."""
-    from agents.learners.ppo import PPOConfig
+    from agents.learners.ppo import KLConfig, PPOConfig
     from agents.llm.sampling import SamplingConfig
     from agents.training import cli
     from agents.training.train import TrainConfig
 
     reference = task == "perf-ref"
     ppo = PPOConfig(batch_size=batch_size, mini_batch_size=mini_batch_size, ppo_epochs=4,
-                    kl_penalty="full", **({"init_kl_coef": 0.3} if reference else {}))
+                    kl=KLConfig(penalty="full", **({"beta": 0.3} if reference else {})))
     cfg = TrainConfig(task=task, task_options={"model": model} if reference else {},
                       method=method, model=model, batch_size=batch_size,
                       max_new_tokens=max_new_tokens, iterations=10**6, ppo=ppo,
