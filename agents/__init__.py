@@ -1,15 +1,17 @@
 """agents: LLM policies as MARL agents, token-level PPO, and the swappable learners.
 
-One room per job (imports flow downward: training → learners → llm → cory_env):
+One room per job (imports flow downward: distributed, interop → training → learners → llm →
+cory_env; `tests/test_architecture.py` checks it):
 
 - `agents.llm`: an LLM as a policy (the model, sampling, KV cache, speed settings, loading,
   and the one decode loop).
-- `agents.learners`: how policies learn (the learner base and registry, the PPO maths, reward
-  shaping, the CORY structure and each algorithm).
-- `agents.training`: running training (the config, the trainer, checkpoints, the run log,
-  command-line options and statistics over seeds).
+- `agents.learners`: how policies learn (algorithms and their registry, structures with CORY's
+  among them, the PPO maths, the KL and reward shaping).
+- `agents.training`: running training (the config, the trainer, checkpoints and restoring a
+  saved run, the run log, command-line options and statistics over seeds).
 - `agents.distributed`: the same training over processes (DDP, FSDP2).
-- `agents.refmodels`: the offline reference models and the mechanism measurement.
+- `agents.refmodels`: the offline reference models (built below training) and the mechanism
+  measurement (which trains, so above it).
 - `agents.interop`: other libraries' interfaces (Tianshou).
 - `agents.play`: watch a model play the env (`python -m agents.play`).
 

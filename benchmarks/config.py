@@ -166,8 +166,10 @@ def validate_config(cfg: BenchConfig) -> None:
             raise ValueError(f"unknown task {task!r}; known: {', '.join(registered_tasks())}")
     for m in cfg.methods:
         resolve_method(m)  # a ValueError naming an unknown method, structure or algorithm
-    if not cfg.seeds or any(isinstance(s, bool) or not isinstance(s, int) for s in cfg.seeds):
+    if not cfg.seeds:
         raise ValueError(f"seeds must be a non-empty list of integers, got {cfg.seeds!r}")
+    for seed in cfg.seeds:
+        check_int("each of seeds", seed)
     for name in ("eval_samples", "pass_k", "eval_batch_size", "final_window",
                  "checkpoint_every", "alone_queries"):
         _integer(name, getattr(cfg, name))
@@ -241,8 +243,7 @@ def resolve_config(preset: str = "offline", quick: bool = False, **overrides) ->
     cfg = with_settings(cfg, **overrides)
     if "lr" in overrides and "lr_by_method" not in overrides:
         cfg.lr_by_method = {}
-    if "batch_size" in overrides and not {"mini_batch_size", "grad_accum_steps"} & set(overrides):
-        mini_batch_follows(cfg.train)
+    mini_batch_follows(cfg.train, set(overrides))
     return cfg.validate()
 
 

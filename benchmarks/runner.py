@@ -31,6 +31,7 @@ from agents.training.runlog import (
     resume_ledger,
 )
 from agents.training.train import TrainConfig, Trainer
+from cory_env import offline_model
 from cory_env.files import atomic_write, remove_dir, remove_orphans
 from cory_env.text import copy_rate
 
@@ -212,19 +213,17 @@ def mechanism(cfg: BenchConfig, folder: RunFolder) -> dict:
     measured once per offline reference LM (about 4 minutes, then cached in its folder)."""
     from agents.refmodels import reference_lm
     from agents.refmodels.transfer import measure_transfer, saved_transfer
-    from cory_env.data.tokenizer import TASKS as OFFLINE
-
     out = {}
     for task in cfg.tasks:
         model = cfg.model_for(task)
-        if model is not None or task not in OFFLINE:
+        if model is not None or offline_model(task) is None:
             saved = saved_transfer_of(model, task)
             out[task] = saved or {"not_measured": (
                 f"the model is not an offline reference LM; measure it with python -m "
                 f"agents.refmodels --measure {task} --model {model or 'MODEL'} and this run's "
                 f"training options (saved beside the model, then read here)")}
             continue
-        path = reference_lm(task)
+        path = reference_lm(offline_model(task))
         saved = saved_transfer(path)
         if saved is None and cfg.quick:
             out[task] = {"not_measured": f"a quick run does not measure it (python -m "

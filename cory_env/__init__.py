@@ -8,6 +8,7 @@ from .tasks import (
     Task,
     is_exact_match,
     make_task,
+    offline_model,
     register_task,
     registered_tasks,
     task_options,
@@ -16,7 +17,7 @@ from .text import Prompt, copy_rate, text_env, text_parallel_env
 
 __all__ = [
     "AGENTS", "BatchedCoryEnv", "agent_names", "EnvConfig", "Query", "Task", "env",
-    "is_exact_match", "make_task", "parallel_env", "raw_env", "register_task",
+    "is_exact_match", "make_task", "offline_model", "parallel_env", "raw_env", "register_task",
     "registered_tasks", "role_order", "task_options", "Prompt", "copy_rate", "text_env",
     "text_parallel_env",
 ]

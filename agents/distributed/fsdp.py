@@ -27,7 +27,9 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 from torch.distributed.fsdp import FSDPModule, fully_shard
-from torch.distributed.tensor import DTensor, distribute_tensor
+from torch.distributed.tensor import DTensor
+
+from ..training.checkpoint import like
 
 
 def block_classes(policy) -> set[str]:
@@ -109,14 +111,6 @@ def full_state(obj):
     if isinstance(obj, (list, tuple)):
         return type(obj)(full_state(v) for v in obj)
     return obj
-
-
-def like(value: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
-    """A full tensor laid out like `param`: sharded the same way when `param` is a DTensor."""
-    if isinstance(param, DTensor) and not isinstance(value, DTensor):
-        value = value.to(device=param.device, dtype=param.dtype)
-        return distribute_tensor(value, param.device_mesh, param.placements)
-    return value
 
 
 def shard_optimizer_state(optimizer: torch.optim.Optimizer) -> None:

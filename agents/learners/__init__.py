@@ -1,1 +1,1 @@
-"""How policies learn: the learner registry, PPO maths, reward shaping and each algorithm."""
+"""How policies learn: algorithms on structures (CORY is one), the PPO maths, KL and rewards."""

@@ -33,6 +33,8 @@ from torch import Tensor
 from cory_env.checks import check_int
 from cory_env.config import check_fields, meta
 
+from ..llm.rollout import full_kl
+
 KL_PENALTIES = ("kl", "abs", "mse", "full")
 KL_IN = ("reward", "loss")
 KL_LOSS_ESTIMATORS = ("k1", "k2", "k3")
@@ -177,7 +179,7 @@ class PPOConfig:
         return self
 
 
-__all__ = ["KLConfig", "PPOBatch", "PPOConfig", "aggregate", "forward_passes", "full_kl", "gae",
+__all__ = ["KLConfig", "PPOBatch", "PPOConfig", "aggregate", "forward_passes", "gae",
            "kl_loss_term",
            "kl_per_token", "masked_mean", "masked_var", "masked_whiten",
            "policy_loss", "ppo_update", "prepare_advantages",
@@ -241,13 +243,6 @@ def aggregate(x: Tensor, mask: Tensor, mode: str = "token-mean") -> Tensor:
 
 
 # --------------------------------------------------------------------------- KL
-def full_kl(logsoftmax: Tensor, ref_logsoftmax: Tensor) -> Tensor:
-    """Exact KL(p || q) = sum_v p (log p - log q) over the last (vocab) dim; >= 0."""
-    p = logsoftmax.exp()
-    diff = torch.where(p > 0, logsoftmax - ref_logsoftmax, torch.zeros_like(p))  # 0 log 0 = 0
-    return (p * diff).sum(-1).clamp_min(0.0)
-
-
 def kl_per_token(
     logprobs: Tensor,
     ref_logprobs: Tensor,

@@ -19,10 +19,16 @@ import torch
 
 from cory_env import BatchedCoryEnv
 
-from ..learners.ppo import full_kl
 from .sampling import Step
 
 CHUNK = 32  # rows of one reference (and, where needed, full) pass
+
+
+def full_kl(logsoftmax: torch.Tensor, ref_logsoftmax: torch.Tensor) -> torch.Tensor:
+    """Exact KL(p || q) = sum_v p (log p - log q) over the last (vocab) dim; >= 0."""
+    p = logsoftmax.exp()
+    diff = torch.where(p > 0, logsoftmax - ref_logsoftmax, torch.zeros_like(p))  # 0 log 0 = 0
+    return (p * diff).sum(-1).clamp_min(0.0)
 
 
 @dataclass

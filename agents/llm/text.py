@@ -1,11 +1,12 @@
 """A model as a function from a prompt string to an answer string: the text env's policies.
 
     answer = text_policy(trainer.learner.policies["llm_0"], tokenizer)   # a policy in memory
-    answer = checkpoint_policy("runs/x/ckpt/cory-seed0.pt", agent="llm_1")   # a learner's
+    answer = checkpoint_policy("runs/x/ckpt/cory-seed0.pt", agent="llm_1")   # a saved learner's
     answer = pipeline_policy(transformers.pipeline("text-generation", model=folder))
     answer("colour of snow ?")   # -> "white"
 
-Each is a `Callable[[str], str]`, as `cory_env.text_env`, `cory_env.demo.evaluate` and any
+(`checkpoint_policy` lives in `agents.training.restore`: it rebuilds the run.) Each is a
+`Callable[[str], str]`, as `cory_env.text_env`, `cory_env.demo.evaluate` and any
 rule written by hand. Answers are greedy unless a `SamplingConfig` is given, and stop at EOS
 or `max_new_tokens`; sampled answers are drawn from the policy's own seeded generator, so a
 sequence of calls is the same under one seed.
@@ -58,28 +59,6 @@ def text_policy(policy, tokenizer, max_new_tokens: int = 32,
                 sampling: SamplingConfig | None = None, seed: int = 0) -> TextPolicy:
     """A policy in memory (e.g. `trainer.learner.policies["llm_0"]`) as a str -> str function."""
     return TextPolicy(policy, load_tokenizer(tokenizer), max_new_tokens, sampling, seed)
-
-
-def checkpoint_policy(path: str, agent: str = "llm_0", max_new_tokens: int | None = None,
-                      sampling: SamplingConfig | None = None, seed: int = 0) -> TextPolicy:
-    """One agent of a learner's checkpoint (`Trainer.save`, a benchmark's ckpt/) as a function."""
-    from cory_env import make_task
-
-    from ..training.checkpoint import load_trainable_state, read_checkpoint, saved_config
-    from ..training.train import build_policies, model_of, tokenizer_folder
-
-    state = read_checkpoint(path)
-    if agent not in state["policies"]:
-        raise ValueError(f"checkpoint {path} has no agent {agent!r}; it has "
-                         f"{sorted(state['policies'])}")
-    cfg = saved_config(state)
-    policy = build_policies(cfg, [agent])[agent]
-    load_trainable_state(policy, state["policies"][agent], f"checkpoint {path} ({agent})")
-    task = make_task(cfg.task, **cfg.task_options)
-    folder = tokenizer_folder(model_of(cfg, "llm_0"))
-    tokenizer = load_tokenizer(folder) if folder else task.tokenizer
-    cap = max_new_tokens or cfg.max_new_tokens or task.default_max_new_tokens
-    return TextPolicy(policy, tokenizer, cap, sampling, seed)
 
 
 def pipeline_policy(pipe, max_new_tokens: int = 32, **generate) -> callable:

@@ -259,11 +259,16 @@ def measure_transfer(task: str, model: str | None = None, cfg: TrainConfig | Non
     return result
 
 
-def _default_path(task: str) -> str:
-    """The offline reference LM folder of a task."""
+def _default_path(task) -> str:
+    """The offline reference LM folder of a task (`Task.offline_model`)."""
+    from cory_env import offline_model
+
     from .pretrain import reference_lm
 
-    return str(reference_lm(task))
+    recipe = offline_model(task)
+    if recipe is None:
+        raise ValueError(f"task {task!r} has no offline reference LM: give a model (--model)")
+    return str(reference_lm(recipe))
 
 
 def saved_transfer(path: str | Path) -> dict | None:

@@ -47,11 +47,18 @@ def load_trainable_state(policy, state: dict[str, torch.Tensor], where: str = "c
             if tuple(param.shape) != tuple(value.shape):
                 raise ValueError(f"{where}: {name} has shape {tuple(value.shape)}, the model's "
                                  f"is {tuple(param.shape)} (a different architecture)")
-            if type(param).__name__ == "DTensor":  # FSDP: keep this rank's shard of the value
-                from ..distributed.fsdp import like
+            param.copy_(like(value, param))
 
-                value = like(value, param)
-            param.copy_(value)
+
+def like(value: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
+    """A full tensor laid out like `param`: sharded the same way when `param` is a DTensor
+    (FSDP: this rank keeps its shard of the value)."""
+    if type(param).__name__ == "DTensor" and type(value).__name__ != "DTensor":
+        from torch.distributed.tensor import distribute_tensor
+
+        value = value.to(device=param.device, dtype=param.dtype)
+        return distribute_tensor(value, param.device_mesh, param.placements)
+    return value
 
 
 def trainer_state(trainer) -> dict:
@@ -83,19 +90,6 @@ def run_config(cfg) -> dict[str, object]:
         out[".".join(path)] = value if isinstance(value, (bool, int, float, str, type(None),
                                                           list, dict)) else repr(value)
     return out
-
-
-def saved_config(state: dict):
-    """The TrainConfig a checkpoint was written under (its `run_config` read back)."""
-    from . import cli
-    from .train import TrainConfig, upgrade_settings
-
-    values = {}
-    for key, value in upgrade_settings(state["config"]).items():
-        path = tuple(key.split("."))
-        _, tp = cli.field_at(TrainConfig, path)
-        values[path] = cli.literal(value) if isinstance(value, str) and tp is not str else value
-    return cli.apply(TrainConfig(), values).validate()
 
 
 def config_differences(saved: dict, now: dict, allowed=RESUMABLE_CHANGES, label: str = "now"

@@ -145,19 +145,14 @@ class TrainConfig(LearnerConfig):
                 raise ValueError(f"task {self.task!r} options {self.task_options}: {err}") \
                     from None
             self._check_lengths(task, k)
-        for name in ("iterations", "batch_size"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if self.max_new_tokens is not None and (not isinstance(self.max_new_tokens, int)
-                                                or self.max_new_tokens < 1):
-            raise ValueError(f"max_new_tokens must be None or a positive integer, "
-                             f"got {self.max_new_tokens!r}")
+        check_int("iterations", self.iterations, 1)
+        check_int("batch_size", self.batch_size, 1)
+        check_int("max_new_tokens", self.max_new_tokens, 1, none_ok=True)
         check_int("seed", self.seed, 0, 2 ** 32)  # what numpy and torch seed from
         default = TrainConfig.__dataclass_fields__["ppo"].default_factory()
         if all(getattr(self.ppo, f.name) == getattr(default, f.name)
                for f in dataclasses.fields(PPOConfig) if f.name != "batch_size"):
-            mini_batch_follows(self)  # the PPO settings were not given: fit the batch
+            mini_batch_follows(self, {"batch_size"})  # no PPO setting was given
         if self.ppo.batch_size != self.batch_size:
             self.ppo = dataclasses.replace(self.ppo, batch_size=self.batch_size)
         super().validate()  # the learner's settings: ppo (and its kl), sampling, t_rex, ...
@@ -235,16 +230,16 @@ def train_config_from(args, paths: dict, **fixed) -> TrainConfig:
     load_plugins(getattr(args, "imports", None))
     given = {paths[k]: v for k, v in vars(args).items() if k in paths}
     cfg = dataclasses.replace(apply(TrainConfig(), given), **fixed)
-    if ("batch_size",) in given and not {("ppo", "mini_batch_size"),
-                                         ("ppo", "grad_accum_steps")} & set(given):
-        mini_batch_follows(cfg)
-    return cfg.validate()
+    return mini_batch_follows(cfg, {path[-1] for path in given}).validate()
 
 
-def mini_batch_follows(cfg: TrainConfig) -> TrainConfig:
-    """When only the batch size was given: the PPO mini-batch shrinks to fit it (the whole
-    batch, or batch / grad_accum_steps when that divides it); a fitting one is kept."""
+def mini_batch_follows(cfg: TrainConfig, given: set[str]) -> TrainConfig:
+    """The one batch-fitting rule: when the batch size is among the `given` settings and
+    neither mini_batch_size nor grad_accum_steps is, the PPO mini-batch shrinks to fit it (the
+    whole batch, or batch / grad_accum_steps when that divides it); a fitting one is kept."""
     ppo, b = cfg.ppo, cfg.batch_size
+    if "batch_size" not in given or {"mini_batch_size", "grad_accum_steps"} & given:
+        return cfg
     if not isinstance(b, int) or b < 1 or b % ppo.backward_batch_size == 0:
         return cfg
     accum = ppo.grad_accum_steps if b % ppo.grad_accum_steps == 0 else 1
@@ -363,11 +358,18 @@ def oom_guard(cfg: TrainConfig, phase: str):
             f"{oom_advice(cfg, phase)}") from e
 
 
-def default_model(task: str) -> str:
-    """The offline task's reference LM folder (built and cached on first use)."""
+def default_model(task) -> str:
+    """The task's offline reference LM folder (`Task.offline_model`; built and cached on first
+    use); a ValueError when the task has none."""
+    from cory_env import offline_model
+
     from ..refmodels import reference_lm
 
-    return str(reference_lm(task))
+    recipe = offline_model(task)
+    if recipe is None:
+        name = task if isinstance(task, str) else getattr(task, "name", task)
+        raise ValueError(f"task {name!r} has no offline reference LM: give a model (--model)")
+    return str(reference_lm(recipe))
 
 
 def model_of(cfg: TrainConfig, agent: str) -> str | None:

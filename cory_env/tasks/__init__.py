@@ -6,11 +6,12 @@ from .base import (
            Task,
            is_exact_match,
            make_task,
+           offline_model,
            register_task,
            registered_tasks,
            task_options,
 )
 from .course import CourseTask  # noqa: F401  (registers course)
 
-__all__ = ["Query", "Task", "is_exact_match", "make_task", "register_task", "registered_tasks",
-           "task_options"]
+__all__ = ["Query", "Task", "is_exact_match", "make_task", "offline_model", "register_task",
+           "registered_tasks", "task_options"]

@@ -88,6 +88,10 @@ class Task(ABC):
     #: True: a reward of 1 means solved and 0 not (pass@k, greedy accuracy and the math
     #: claims apply)
     exact_match: bool = False
+    #: the offline reference LM built for this task's corpus and tokenizer (a recipe of
+    #: `python -m agents.refmodels`: "sentiment" or "arithmetic"), the model of a run that
+    #: names none; None: the run must bring a model
+    offline_model: str | None = None
 
     def __init__(self) -> None:
         self._tokenizer = None
@@ -215,6 +219,14 @@ def is_exact_match(task) -> bool:
         _discover()
         task = _REGISTRY.get(task)
     return bool(getattr(task, "exact_match", False))
+
+
+def offline_model(task) -> str | None:
+    """The offline reference LM recipe of a task (a name, class or instance), or None."""
+    if isinstance(task, str):
+        _discover()
+        task = _REGISTRY.get(task)
+    return getattr(task, "offline_model", None)
 
 
 def registered_tasks() -> list[str]:

@@ -29,6 +29,7 @@ class SentimentTask(Task):
     (`saturation` s: s·tanh(logit / s), a logit that levels off like a classifier's)."""
 
     name = "sentiment"
+    offline_model = "sentiment"
     observer_template = IMDB_OBSERVER
     default_max_new_tokens = 12
     default_context_len = 64
@@ -79,6 +80,7 @@ class ArithmeticTask(Task):
 
     name = "arithmetic"
     exact_match = True
+    offline_model = "arithmetic"
 
     @property
     def pioneer_template(self) -> str:

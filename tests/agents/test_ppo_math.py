@@ -16,7 +16,6 @@ from agents.learners.ppo import (
     PPOBatch,
     PPOConfig,
     forward_passes,
-    full_kl,
     gae,
     kl_loss_term,
     kl_per_token,
@@ -36,6 +35,7 @@ from agents.learners.shaping import (
     scale_scores,
     token_rewards,
 )
+from agents.llm.rollout import full_kl
 from benchmarks.presets import IMDB_PPO as IMDB_PRESET
 from benchmarks.presets import gsm8k_ppo as gsm8k_preset
 

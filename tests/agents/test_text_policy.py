@@ -6,7 +6,8 @@ import pytest
 from transformers import AutoTokenizer, GPT2LMHeadModel, pipeline
 
 from agents.llm.sampling import SamplingConfig
-from agents.llm.text import checkpoint_policy, pipeline_policy, text_policy
+from agents.llm.text import pipeline_policy, text_policy
+from agents.training.restore import checkpoint_policy
 from agents.training.train import Trainer
 from cory_env.demo import evaluate
 from examples.exercises.common import course_config, course_lm

@@ -165,3 +165,27 @@ def test_repeated_gap_resamples_with_fixed_seeds(cache):
     assert first == again  # seeded
     assert len(first["gaps"]) == 2 and first["mean"] == pytest.approx(np.mean(first["gaps"]))
     assert first["episodes_each"] == pretrain.BUDGETS["tiny"]["arithmetic"].eval_episodes
+
+
+def test_a_task_names_its_offline_model_and_a_new_one_inherits_it(cache, monkeypatch):
+    """`Task.offline_model` is the one place that says which reference LM a task trains from
+    when a run names no model: a user's task built on the sentiment task needs no other edit."""
+    import cory_env
+    from agents.training.train import TrainConfig, Trainer, default_model
+    from cory_env.tasks.offline import SentimentTask
+
+    monkeypatch.setenv(pretrain.BUDGET_ENV, "tiny")
+
+    @cory_env.register_task("my-reviews")
+    class MyReviews(SentimentTask):
+        """A user's variant of the sentiment task."""
+
+    assert cory_env.offline_model("my-reviews") == "sentiment"
+    assert cory_env.offline_model("sentiment") == "sentiment"
+    assert cory_env.offline_model("arithmetic") == "arithmetic"
+    assert cory_env.offline_model("reviews") is None and cory_env.offline_model("gsm8k") is None
+    assert default_model("my-reviews") == str(pretrain.reference_lm("sentiment"))
+    with pytest.raises(ValueError, match="task 'reviews' has no offline reference LM"):
+        default_model("reviews")
+    trainer = Trainer(TrainConfig(task="my-reviews", method="ppo", batch_size=4, iterations=1))
+    assert trainer.step()["llm_0"]["response_length"] > 0

@@ -1,0 +1,46 @@
+"""A saved run read back: the TrainConfig of a checkpoint, and one of its agents as a function.
+
+    from agents.training.restore import checkpoint_policy
+    answer = checkpoint_policy("runs/x/ckpt/cory-seed0.pt", agent="llm_1")
+    answer("colour of snow ?")
+"""
+
+from __future__ import annotations
+
+from cory_env import make_task
+from cory_env.config import load_tokenizer
+
+from ..llm.sampling import SamplingConfig
+from ..llm.text import TextPolicy
+from . import cli
+from .checkpoint import load_trainable_state, read_checkpoint
+from .train import TrainConfig, build_policies, model_of, tokenizer_folder, upgrade_settings
+
+
+def saved_config(state: dict) -> TrainConfig:
+    """The TrainConfig a checkpoint was written under (its `run_config` read back; an earlier
+    version's setting names read as today's)."""
+    values = {}
+    for key, value in upgrade_settings(state["config"]).items():
+        path = tuple(key.split("."))
+        _, tp = cli.field_at(TrainConfig, path)
+        values[path] = cli.literal(value) if isinstance(value, str) and tp is not str else value
+    return cli.apply(TrainConfig(), values).validate()
+
+
+def checkpoint_policy(path: str, agent: str = "llm_0", max_new_tokens: int | None = None,
+                      sampling: SamplingConfig | None = None, seed: int = 0) -> TextPolicy:
+    """One agent of a learner's checkpoint (`Trainer.save`, a benchmark's ckpt/) as a
+    str -> str function, rebuilt from the checkpoint's own saved config."""
+    state = read_checkpoint(path)
+    if agent not in state["policies"]:
+        raise ValueError(f"checkpoint {path} has no agent {agent!r}; it has "
+                         f"{sorted(state['policies'])}")
+    cfg = saved_config(state)
+    policy = build_policies(cfg, [agent])[agent]
+    load_trainable_state(policy, state["policies"][agent], f"checkpoint {path} ({agent})")
+    task = make_task(cfg.task, **cfg.task_options)
+    folder = tokenizer_folder(model_of(cfg, "llm_0"))
+    tokenizer = load_tokenizer(folder) if folder else task.tokenizer
+    cap = max_new_tokens or cfg.max_new_tokens or task.default_max_new_tokens
+    return TextPolicy(policy, tokenizer, cap, sampling, seed)

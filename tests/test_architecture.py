@@ -1,0 +1,135 @@
+"""The tree is the architecture: layers import one way, no module imports itself back."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import pkgutil
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("cory_env", "agents", "benchmarks")
+LAYER = {"cory_env": 0, "agents": 1, "benchmarks": 2}
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the three packages, by dotted name."""
+    out = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            out[name] = path
+    return out
+
+
+def imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """The project modules a module imports, anywhere in it (functions included)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(up + ([base] if base else []))
+            targets = [f"{base}.{a.name}" for a in node.names] + [base]
+        else:
+            continue
+        for t in targets:
+            while t and t not in known:
+                t = t.rpartition(".")[0]
+            if t and t != name:
+                out.add(t)
+    return out
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    return {name: imports(name, path, set(mods)) for name, path in mods.items()}
+
+
+def cycles(g: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in g[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in g:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def is_package_init(name: str) -> bool:
+    return (ROOT / name.replace(".", "/") / "__init__.py").exists()
+
+
+def test_layers_import_one_way():
+    bad = [(a, b) for a, targets in graph().items() for b in targets
+           if LAYER[b.split(".")[0]] > LAYER[a.split(".")[0]]]
+    assert not bad, bad
+
+
+def test_no_import_circles_between_modules():
+    """A package's __init__ re-exporting its own modules is not a circle; anything else is."""
+    g = {a: {b for b in targets if not (is_package_init(b) and a.startswith(b + "."))}
+         for a, targets in graph().items()}
+    assert cycles(g) == []
+
+
+def test_every_agents_room_says_its_job_in_one_line():
+    import agents
+
+    rooms = [m.name for m in pkgutil.iter_modules(agents.__path__) if m.ispkg]
+    assert {"llm", "learners", "training", "distributed", "refmodels", "interop"} <= set(rooms)
+    for room in rooms:
+        doc = importlib.import_module(f"agents.{room}").__doc__ or ""
+        assert doc.strip() and len(doc.strip().splitlines()[0]) <= 100, room
+
+
+# Inside agents, rooms import downward: llm < learners < training < the rooms built on training.
+# The reference LMs are built below training (budgets, data, pretrain, measure) and the
+# mechanism is measured above it (transfer, the command line).
+ROOMS = {"llm": 0, "learners": 1, "refmodels.budgets": 1, "refmodels.data": 1,
+         "refmodels.measure": 1, "refmodels.pretrain": 1, "refmodels": 1, "training": 2,
+         "distributed": 3, "interop": 3, "refmodels.transfer": 3, "refmodels.__main__": 3,
+         "play": 3}
+
+
+def room(module: str) -> int | None:
+    parts = module.split(".")[1:]
+    for k in (2, 1):
+        key = ".".join(parts[:k])
+        if len(parts) >= k and key in ROOMS:
+            return ROOMS[key]
+    return None
+
+
+def test_agents_rooms_import_downward():
+    bad = [(a, b) for a, targets in graph().items() if a.startswith("agents.")
+           for b in targets if b.startswith("agents.") and room(a) is not None
+           and room(b) is not None and room(b) > room(a)]
+    assert not bad, bad
