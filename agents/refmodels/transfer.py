@@ -240,7 +240,7 @@ def measure_transfer(task: str, model: str | None = None, cfg: TrainConfig | Non
     result = {"task": task, "model": str(model or path), "seeds": list(seeds), "queries": n,
               "file": str(file),
               "budget": {"iterations": cfg.iterations, "batch_size": cfg.batch_size,
-                         "lr": cfg.ppo.lr, "kl_penalty": cfg.ppo.kl_penalty,
+                         "lr": cfg.ppo.lr, "kl_penalty": cfg.ppo.kl.penalty,
                          "lora": cfg.lora is not None,
                          "mixed_precision": cfg.mixed_precision},
               "knowledge_transfer": knowledge_transfer(
