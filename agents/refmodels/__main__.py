@@ -4,10 +4,14 @@
     python -m agents.refmodels --measure sentiment    # knowledge + cross-role transfer, 3 seeds
     python -m agents.refmodels --measure reviews --model smollm2-135m --lora \\
         --mixed-precision bf16 --batch-size 16 --iterations 30 --lr 5e-4 --seeds 0,1,2,3,4
+    python -m agents.refmodels --checkpoint runs/x/ckpt/reviews-cory-seed0.pt,... \\
+        --observer llm_1 --pioneer llm_0 --queries 256 --out kt-trained.json
 
 `--measure` takes any task and model (`--import` for plug-in tasks) and every training
 setting of `agents.training.train.TrainConfig` as an option: the budget at which PPO and cory-no-re
 are trained for the cross-role transfer (docs/offline-models.md, "Measuring a model").
+`--checkpoint` measures the knowledge-transfer split of trained models instead: each
+checkpoint's observer reading its pioneer's answers, one checkpoint per seed.
 """
 
 from __future__ import annotations
@@ -19,14 +23,22 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from cory_env import offline_model
 from cory_env.data.tokenizer import TASKS
+from cory_env.files import atomic_write
 
 from ..training.train import add_train_options, train_config_from
 from .budgets import BUDGETS
 from .data import check_task
 from .measure import format_report, repeated_gap
 from .pretrain import BUDGET_ENV, build, model_dir, rebuild, reference_lm, resolve_budget
-from .transfer import QUERIES, format_transfer, measure_transfer, saved_transfer
+from .transfer import (
+    QUERIES,
+    checkpoint_knowledge_transfer,
+    format_transfer,
+    measure_transfer,
+    saved_transfer,
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -51,6 +63,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", default=None,
                         help="--measure's JSON file (default: the model folder's transfer.json, "
                              "or transfer-TASK.json for a model that is not the offline LM)")
+    parser.add_argument("--checkpoint", default=None, metavar="PATHS",
+                        help="comma list of a learner's checkpoints (one per seed): measure "
+                             "the knowledge-transfer split of their trained observer")
+    parser.add_argument("--observer", default="llm_1", help="--checkpoint's observer agent")
+    parser.add_argument("--pioneer", default="llm_0", help="--checkpoint's pioneer agent")
     paths = add_train_options(parser, skip=("task", "method", "seed"))
     parser.add_argument("--worker", nargs=3, metavar=("TASK", "BUDGET", "OUT"), default=None,
                         help=argparse.SUPPRESS)  # internal: build into OUT (see _launch)
@@ -60,12 +77,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         task, budget, out = args.worker
         build(task, budget, Path(out), verbose=not args.quiet)
         return 0
+    if args.checkpoint:
+        files = [p.strip() for p in args.checkpoint.split(",") if p.strip()]
+        missing = [p for p in files if not Path(p).is_file()]
+        if not files or missing or args.queries < 1:
+            parser.error(f"--checkpoint needs existing files and --queries >= 1: missing "
+                         f"{missing or 'none'}, --queries {args.queries}")
+        t0 = time.perf_counter()
+        result = checkpoint_knowledge_transfer(files, args.observer, args.pioneer, args.queries)
+        result["seconds"] = round(time.perf_counter() - t0, 1)
+        text = json.dumps(result, indent=2)
+        if args.out:
+            atomic_write(Path(args.out), text)
+        print(text)
+        return 0
     budget = resolve_budget(args.budget)
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     if args.measure:
         try:
             cfg = train_config_from(args, paths, task=args.measure)
-            if cfg.model is None and args.measure not in TASKS:
+            if cfg.model is None and offline_model(args.measure) is None:
                 raise ValueError(f"--measure {args.measure}: the task has no offline reference "
                                  f"LM ({', '.join(TASKS)} have); give --model")
             try:
@@ -79,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ValueError as err:
             parser.error(str(err))
         if cfg.model is None:
-            reference_lm(args.measure, budget=budget)
+            reference_lm(offline_model(args.measure), budget=budget)
         result = measure_transfer(args.measure, model=cfg.model, cfg=cfg, seeds=seeds,
                                   n=args.queries, out=args.out)
         print("\n".join(format_transfer(result)))

@@ -6,7 +6,9 @@
 * **Knowledge transfer** (no RL): the untrained model as observer, on held-out queries, with
   (a) the full observer prompt and the pioneer's sampled answer, (b) the same instruction with
   an empty answer (the pioneer's turn forced to EOS), (c) the plain prompt. (a) − (b) is what
-  the answer is worth, (b) − (c) what the instruction is worth.
+  the answer is worth, (b) − (c) what the instruction is worth. `checkpoint_knowledge_transfer`
+  measures the same split for trained models (a learner's checkpoints, one per seed), with the
+  partner the observer trained beside as the pioneer.
 * **Cross-role transfer**: at the benchmark's default budget and settings, train PPO, and CORY
   without role exchange (`cory-no-re`: llm_0 always the pioneer, llm_1 always the observer).
   Then every model answers held-out queries alone:
@@ -35,12 +37,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from cory_env import make_task
 from cory_env.files import atomic_write
 
 from ..llm.rollout import answer_alone
 from ..llm.sampling import SamplingConfig
+from ..training.checkpoint import load_trainable_state, read_checkpoint
+from ..training.restore import saved_config
 from ..training.stats import Interval, Ratio, mean_interval, ratio_interval
-from ..training.train import TrainConfig, Trainer, model_of
+from ..training.train import TrainConfig, Trainer, build_policies, model_of, tokenizer_folder
 from .measure import as_policy, forced_tokens, play_episode
 
 SEEDS = (0, 1, 2)
@@ -70,25 +75,61 @@ def _generator(policy, seed: int) -> torch.Generator:
 
 
 def knowledge_transfer(policy, task, tokenizer=None, max_new_tokens=None, seeds=SEEDS,
-                       n: int = QUERIES) -> dict:
-    """An untrained model as observer: full prompt vs empty answer vs plain prompt, per seed
-    (its own sampled answers as the pioneer's)."""
+                       n: int = QUERIES, pioneer=None) -> dict:
+    """A model as observer: full prompt vs empty answer vs plain prompt, per seed (the
+    pioneer's sampled answers: `pioneer`'s, else the model's own)."""
+    return _kt_summary([_kt_row(policy, pioneer or policy, task, tokenizer, max_new_tokens, s, n)
+                        for s in seeds])
+
+
+def _kt_row(observer, pioneer, task, tokenizer, max_new_tokens, seed: int, n: int) -> dict:
+    """One seed's observer rewards under the three prompts."""
     kt = _env(task, tokenizer, max_new_tokens, n)
     no_kt = _env(task, tokenizer, max_new_tokens, n, knowledge_transfer=False)
     queries = list(range(n))
-    per = {"full": [], "empty_answer": [], "plain": []}
     with torch.random.fork_rng(devices=[]):
-        for s in seeds:
-            per["full"].append(observer_rewards(kt, policy, policy, _generator(policy, s),
-                                                queries).mean())
-            per["empty_answer"].append(observer_rewards(
-                kt, policy, policy, _generator(policy, s), queries, empty_answer=True).mean())
-            per["plain"].append(observer_rewards(no_kt, policy, policy, _generator(policy, s),
-                                                 queries).mean())
-    full, empty, plain = (np.array(per[k]) for k in ("full", "empty_answer", "plain"))
-    return {"per_seed": {k: [float(x) for x in v] for k, v in per.items()},
+        return {"full": float(observer_rewards(kt, pioneer, observer,
+                                               _generator(observer, seed), queries).mean()),
+                "empty_answer": float(observer_rewards(kt, pioneer, observer,
+                                                       _generator(observer, seed), queries,
+                                                       empty_answer=True).mean()),
+                "plain": float(observer_rewards(no_kt, pioneer, observer,
+                                                _generator(observer, seed), queries).mean())}
+
+
+def _kt_summary(rows: list[dict]) -> dict:
+    """Per-seed rows as the split: what the answer, the instruction and both are worth."""
+    full, empty, plain = (np.array([r[k] for r in rows]) for k in ("full", "empty_answer", "plain"))
+    return {"per_seed": {k: [r[k] for r in rows] for k in ("full", "empty_answer", "plain")},
             "from_answer": _iv(full - empty), "from_instruction": _iv(empty - plain),
             "total": _iv(full - plain)}
+
+
+def checkpoint_knowledge_transfer(paths: list[str], observer: str = "llm_1",
+                                  pioneer: str = "llm_0", n: int = QUERIES) -> dict:
+    """The knowledge-transfer split of trained models: for each checkpoint (a seed), its
+    `observer` agent reads its `pioneer` agent's answers under the three prompts; intervals are
+    over the checkpoints (measured with sampler seed i for the i-th)."""
+    rows = []
+    for i, path in enumerate(paths):
+        state = read_checkpoint(path)
+        missing = [a for a in (observer, pioneer) if a not in state["policies"]]
+        if missing:
+            raise ValueError(f"checkpoint {path} has no agent {missing}; it has "
+                             f"{sorted(state['policies'])}")
+        cfg = saved_config(state)
+        agents = list(dict.fromkeys([pioneer, observer]))
+        policies = build_policies(cfg, sorted(state["policies"]))
+        for a in agents:
+            load_trainable_state(policies[a], state["policies"][a], f"checkpoint {path} ({a})")
+        task = make_task(cfg.task, **cfg.task_options)
+        row = _kt_row(policies[observer], policies[pioneer], task,
+                      tokenizer_folder(model_of(cfg, "llm_0")), cfg.max_new_tokens, i, n)
+        rows.append({"checkpoint": str(path), "iteration": int(state["iteration"]), **row})
+    out = _kt_summary(rows)
+    out.update(checkpoints=[r["checkpoint"] for r in rows], observer=observer, pioneer=pioneer,
+               queries=n, iterations=[r["iteration"] for r in rows])
+    return out
 
 
 def _iv(values) -> dict:

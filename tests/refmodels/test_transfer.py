@@ -157,3 +157,35 @@ def test_the_command_builds_quietly_and_rebuilds_on_force(tmp_path, monkeypatch,
     assert calls == [("build", "sentiment", "tiny", True), ("build", "sentiment", "tiny", False),
                      ("rebuild", "sentiment"), ("cached", "sentiment")]
     assert "not measured yet" in capsys.readouterr().out
+
+
+def test_the_split_of_trained_models_is_read_from_their_checkpoints(toy_lm, tmp_path):
+    """At iteration 0 a checkpoint holds the untrained model: the checkpoint measurement then
+    equals the plain one with the partner as pioneer, seed for seed; a missing agent is named."""
+    from agents.refmodels.__main__ import main
+    from agents.training.train import Trainer
+
+    cfg = TrainConfig(task="toy", method="cory", model=str(toy_lm), batch_size=8, iterations=2,
+                      max_new_tokens=4, ppo=PPOConfig(batch_size=8, mini_batch_size=8))
+    trainer = Trainer(cfg)
+    trainer.save(str(tmp_path / "start.pt"))
+    pol = trainer.learner.policies
+    plain = tr.knowledge_transfer(pol["llm_1"], trainer.env.task, max_new_tokens=4, seeds=[0, 1],
+                                  n=4, pioneer=pol["llm_0"])
+    for _ in trainer.run():
+        pass
+    trainer.save(str(tmp_path / "end.pt"))
+    paths = [str(tmp_path / "start.pt")] * 2
+    got = tr.checkpoint_knowledge_transfer(paths, "llm_1", "llm_0", n=4)
+    assert got["per_seed"] == plain["per_seed"] and got["iterations"] == [0, 0]
+    assert got["from_answer"] == plain["from_answer"]
+    out = tmp_path / "kt.json"
+    assert main(["--checkpoint", f"{paths[0]},{tmp_path / 'end.pt'}", "--queries", "4",
+                 "--out", str(out)]) == 0
+    saved = json.loads(out.read_text())
+    assert saved["iterations"] == [0, 2] and saved["observer"] == "llm_1"
+    assert set(saved["from_instruction"]) >= {"mean", "low", "high"}
+    with pytest.raises(ValueError, match="has no agent \\['llm_7'\\]"):
+        tr.checkpoint_knowledge_transfer(paths[:1], "llm_7", "llm_0", n=4)
+    with pytest.raises(SystemExit):
+        main(["--checkpoint", str(tmp_path / "nowhere.pt")])
