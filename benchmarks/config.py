@@ -64,8 +64,8 @@ class BenchConfig:
     tasks: list[str] = field(default_factory=lambda: ["sentiment"], metadata=meta(
         "comma list of tasks (arithmetic is not a default: PPO does not measurably learn it "
         "in the default budget, docs/fidelity.md)"))
-    methods: list[str] = field(default_factory=lambda: ["ppo", "cory"],
-                               metadata=meta("comma list of methods (registered learners)"))
+    methods: list[str] = field(default_factory=lambda: ["ppo", "cory"], metadata=meta(
+        "comma list of methods (registered names, or algorithm/structure)"))
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2],
                              metadata=meta("comma list of seeds"))
     eta_sweep: list[float] = field(default_factory=list, metadata=meta(
@@ -261,7 +261,8 @@ class RunSpec:
     def key(self) -> str:
         """A file-name-safe identifier, e.g. arithmetic-cory-seed0 or ...-eta0.001."""
         tail = "" if self.eta is None else f"-eta{self.eta:g}"
-        return f"{self.task}-{self.method}-seed{self.seed}{tail}"
+        method = self.method.replace("/", "@")  # algorithm/structure: one file name
+        return f"{self.task}-{method}-seed{self.seed}{tail}"
 
     def ids(self) -> dict:
         """The identifying fields of every record of this run."""

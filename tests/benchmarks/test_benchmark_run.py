@@ -120,14 +120,15 @@ def test_alone_evaluation_is_paired_and_leaves_training_untouched(tiny_lm, tmp_p
 
 
 def test_group_learners_run_through_the_benchmark_alone_and_under_cory(tiny_lm, tmp_path):
-    methods = ["grpo", "dr-grpo", "rloo", "reinforce-pp", "cory-grpo", "cory-reinforce-pp"]
+    methods = ["grpo", "dr-grpo", "rloo", "reinforce-pp", "cory-grpo", "cory-reinforce-pp",
+               "rloo/cory-no-kt"]  # any algorithm on any structure is a method too
     out = tmp_path / "run"
     report = main(["--quick", "--model", tiny_lm, "--out", str(out), *TINY, "--tasks",
                    "sentiment", "--methods", ",".join(methods)])
     rows = rec.read_jsonl(out / "metrics.jsonl")
     assert {(r["method"], r["agent"]) for r in rows} == {
-        (m, a) for m in methods for a in (["llm_0", "llm_1"] if m.startswith("cory-")
-                                          else ["llm_0"])}
+        (m, a) for m in methods for a in (["llm_0", "llm_1"] if "cory" in m else ["llm_0"])}
+    assert (out / "done" / "sentiment-rloo@cory-no-kt-seed0").exists()
     assert all(math.isfinite(r["task_reward"]) and r["skipped_batches"] == 0 for r in rows)
     text = report.read_text()
     for m in methods:
