@@ -185,19 +185,6 @@ __all__ = ["KLConfig", "PPOBatch", "PPOConfig", "aggregate", "forward_passes", "
            "policy_loss", "ppo_update", "prepare_advantages",
            "value_loss"]
 
-_SHAPING = ("AdaptiveKLController", "FixedKLController", "RunningMoments", "make_kl_controller",
-            "scale_scores", "token_rewards")
-
-
-def __getattr__(name: str):
-    """Names that moved to `agents.learners.shaping` (KL control and reward shaping)."""
-    if name in _SHAPING:
-        import importlib
-
-        return getattr(importlib.import_module("agents.learners.shaping"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 # --------------------------------------------------------------------------- masked stats
 def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
     """Mean of x over positions where mask > 0 (0 if there are none)."""

@@ -88,9 +88,9 @@ class Task(ABC):
     #: True: a reward of 1 means solved and 0 not (pass@k, greedy accuracy and the math
     #: claims apply)
     exact_match: bool = False
-    #: the offline reference LM built for this task's corpus and tokenizer (a recipe of
-    #: `python -m agents.refmodels`: "sentiment" or "arithmetic"), the model of a run that
-    #: names none; None: the run must bring a model
+    #: the name of the offline reference LM built on this task's corpus and tokenizer
+    #: ("sentiment" or "arithmetic"): the model of a run that names none; None: a run must
+    #: bring a model
     offline_model: str | None = None
 
     def __init__(self) -> None:
