@@ -1,6 +1,7 @@
 """Compare one method across run folders, e.g. chains of K = 2 and K = 3 agents.
 
     python -m benchmarks.compare runs/k2 runs/k3 --method cory [--task sentiment]
+    python -m benchmarks.compare runs/a runs/b --same   # the same records, field for field?
 
 For each folder it prints, with a 95% interval over seeds: the final alone reward of every
 model, their mean and mean Σ KL, and the in-training reward of each chain position over the last
@@ -12,9 +13,11 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
+from agents.training.runlog import read_jsonl
 from agents.training.stats import mean_interval
 
 from .records import RunData, curves, final_value, select
@@ -68,6 +71,34 @@ def lines(folders: Sequence[str], task: str, method: str) -> list[str]:
     return out
 
 
+WALL_CLOCK = ("time_rollout_s", "time_update_s")  # the only fields that differ between reruns
+
+
+def same_records(a: str, b: str) -> tuple[bool, list[str]]:
+    """Whether two run folders hold the same training and alone records field for field
+    (wall-clock fields aside), with a line per file and the first difference."""
+
+
+    ok, out = True, []
+    for name in ("metrics.jsonl", "alone.jsonl"):
+        ra, rb = (read_jsonl(Path(f) / name) for f in (a, b))
+        clean = [[{k: v for k, v in r.items() if k not in WALL_CLOCK} for r in rows]
+                 for rows in (ra, rb)]
+        same = clean[0] == clean[1]
+        fields = sum(map(len, clean[0]))
+        out.append(f"{name}: {len(ra)} vs {len(rb)} records, {fields} fields: "
+                   f"{'identical' if same else 'DIFFERENT'}")
+        if not same:
+            ok = False
+            shared = min(map(len, clean))
+            first = next((i for i, (x, y) in enumerate(zip(*clean)) if x != y), shared)
+            if first < shared:
+                x, y = clean[0][first], clean[1][first]
+                diff = sorted(k for k in set(x) | set(y) if x.get(k) != y.get(k))
+                out.append(f"  record {first + 1} differs in {diff[:8]}")
+    return ok, out
+
+
 def main(argv: list[str] | None = None) -> None:
     """Print the comparison of the run folders given on the command line."""
     p = argparse.ArgumentParser(description=__doc__,
@@ -75,7 +106,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("folders", nargs="+", help="run folders (the first is the baseline)")
     p.add_argument("--method", default="cory", help="the method to compare")
     p.add_argument("--task", default="sentiment", help="the task to compare")
+    p.add_argument("--same", action="store_true",
+                   help="check that two folders hold the same records (exit 1 if not)")
     args = p.parse_args(argv)
+    if args.same:
+        if len(args.folders) != 2:
+            p.error(f"--same compares two folders, got {len(args.folders)}")
+        ok, out = same_records(*args.folders)
+        print("\n".join(out))
+        raise SystemExit(0 if ok else 1)
     print("\n".join(lines(args.folders, args.task, args.method)))
 
 

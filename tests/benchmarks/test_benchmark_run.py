@@ -160,6 +160,15 @@ def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_lm, tmp_path):
     before = (cut / "metrics.jsonl").read_text()
     main(["--resume", "--out", str(cut), "--no-progress"])  # finished runs are skipped
     assert (cut / "metrics.jsonl").read_text() == before
+    from benchmarks.compare import same_records
+
+    ok, lines_ = same_records(str(full), str(cut))
+    assert ok and lines_[0].startswith("metrics.jsonl: ") and "identical" in lines_[0]
+    rows = rec.read_jsonl(cut / "metrics.jsonl")
+    rows[-1]["kl"] += 1e-9  # one field of one record
+    (cut / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ok, lines_ = same_records(str(full), str(cut))
+    assert not ok and f"record {len(rows)} differs in ['kl']" in "\n".join(lines_)
 
 
 def test_resume_refuses_other_settings(tmp_path):
