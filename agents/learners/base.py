@@ -6,7 +6,7 @@ reward mode and role schedule), says which roles to play each iteration (`reset_
 updates from the finished turns (`update`). To add an algorithm, subclass `Learner` in one file
 and decorate it with `@register_learner("name")`; `agents/learners/reinforce.py` is the worked
 example, and `agents/learners/cory.py` is CORY. A method name resolves to an algorithm on a
-structure (`method`): the registered names, or any `algorithm/structure`.
+structure (`resolve_method`): the registered names, or any `algorithm/structure`.
 
 Multi-process training reaches a learner only through `self.comm` (`agents.learners.comm.Comm`):
 its agents call it to prepare their models, back-propagate, and agree on statistics across ranks.

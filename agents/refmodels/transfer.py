@@ -42,10 +42,9 @@ from cory_env.files import atomic_write
 
 from ..llm.rollout import answer_alone
 from ..llm.sampling import SamplingConfig
-from ..training.checkpoint import load_trainable_state, read_checkpoint
-from ..training.restore import saved_config
+from ..training.restore import load_agents
 from ..training.stats import Interval, Ratio, mean_interval, ratio_interval
-from ..training.train import TrainConfig, Trainer, build_policies, model_of, tokenizer_folder
+from ..training.train import TrainConfig, Trainer, default_model, model_of, tokenizer_folder
 from .measure import as_policy, forced_tokens, play_episode
 
 SEEDS = (0, 1, 2)
@@ -112,16 +111,7 @@ def checkpoint_knowledge_transfer(paths: list[str], observer: str = "llm_1",
     over the checkpoints (measured with sampler seed i for the i-th)."""
     rows = []
     for i, path in enumerate(paths):
-        state = read_checkpoint(path)
-        missing = [a for a in (observer, pioneer) if a not in state["policies"]]
-        if missing:
-            raise ValueError(f"checkpoint {path} has no agent {missing}; it has "
-                             f"{sorted(state['policies'])}")
-        cfg = saved_config(state)
-        agents = list(dict.fromkeys([pioneer, observer]))
-        policies = build_policies(cfg, sorted(state["policies"]))
-        for a in agents:
-            load_trainable_state(policies[a], state["policies"][a], f"checkpoint {path} ({a})")
+        cfg, policies, state = load_agents(path, sorted({pioneer, observer}))
         task = make_task(cfg.task, **cfg.task_options)
         row = _kt_row(policies[observer], policies[pioneer], task,
                       tokenizer_folder(model_of(cfg, "llm_0")), cfg.max_new_tokens, i, n)
@@ -274,7 +264,7 @@ def measure_transfer(task: str, model: str | None = None, cfg: TrainConfig | Non
     t0 = time.perf_counter()
     cfg = replace(cfg or TrainConfig(), task=task, model=model).validate()
     first = Trainer(replace(cfg, method="ppo", iterations=1))
-    path = Path(model_of(cfg, "llm_0") or _default_path(task))
+    path = Path(model_of(cfg, "llm_0") or default_model(task))
     own = (path / "report.json").exists()  # an offline reference LM: one task's model
     file = Path(out) if out else path / ("transfer.json" if own else f"transfer-{task}.json")
     env = first.env
@@ -298,18 +288,6 @@ def measure_transfer(task: str, model: str | None = None, cfg: TrainConfig | Non
             atomic_write(report, json.dumps({**json.loads(report.read_text()),
                                              "transfer": result}, indent=2))
     return result
-
-
-def _default_path(task) -> str:
-    """The offline reference LM folder of a task (`Task.offline_model`)."""
-    from cory_env import offline_model
-
-    from .pretrain import reference_lm
-
-    recipe = offline_model(task)
-    if recipe is None:
-        raise ValueError(f"task {task!r} has no offline reference LM: give a model (--model)")
-    return str(reference_lm(recipe))
 
 
 def saved_transfer(path: str | Path) -> dict | None:

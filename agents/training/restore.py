@@ -28,17 +28,28 @@ def saved_config(state: dict) -> TrainConfig:
     return cli.apply(TrainConfig(), values).validate()
 
 
+def load_agents(path: str, agents: list[str]) -> tuple[TrainConfig, dict, dict]:
+    """A checkpoint's TrainConfig, the named agents' policies rebuilt from it with their trained
+    weights, and the checkpoint's state; a ValueError naming an agent it does not hold."""
+    state = read_checkpoint(path)
+    for agent in agents:
+        if agent not in state["policies"]:
+            raise ValueError(f"checkpoint {path} has no agent {agent!r}; it has "
+                             f"{sorted(state['policies'])}")
+    cfg = saved_config(state)
+    policies = build_policies(cfg, agents)
+    for agent in agents:
+        load_trainable_state(policies[agent], state["policies"][agent],
+                             f"checkpoint {path} ({agent})")
+    return cfg, policies, state
+
+
 def checkpoint_policy(path: str, agent: str = "llm_0", max_new_tokens: int | None = None,
                       sampling: SamplingConfig | None = None, seed: int = 0) -> TextPolicy:
     """One agent of a learner's checkpoint (`Trainer.save`, a benchmark's ckpt/) as a
     str -> str function, rebuilt from the checkpoint's own saved config."""
-    state = read_checkpoint(path)
-    if agent not in state["policies"]:
-        raise ValueError(f"checkpoint {path} has no agent {agent!r}; it has "
-                         f"{sorted(state['policies'])}")
-    cfg = saved_config(state)
-    policy = build_policies(cfg, [agent])[agent]
-    load_trainable_state(policy, state["policies"][agent], f"checkpoint {path} ({agent})")
+    cfg, policies, _ = load_agents(path, [agent])
+    policy = policies[agent]
     task = make_task(cfg.task, **cfg.task_options)
     folder = tokenizer_folder(model_of(cfg, "llm_0"))
     tokenizer = load_tokenizer(folder) if folder else task.tokenizer
