@@ -237,6 +237,22 @@ def mechanism(cfg: BenchConfig, folder: RunFolder) -> dict:
     return out
 
 
+def refresh_mechanism(cfg: BenchConfig, folder: RunFolder) -> None:
+    """Write the folder's mechanism.json once; on resume, fill in a task "not measured" before
+    whose measurement has since been saved beside its model."""
+    old = json.loads(folder.mechanism.read_text()) if folder.mechanism.exists() else None
+    if old is not None and not any("not_measured" in m for m in old.values()):
+        return
+    new = mechanism(cfg, folder)
+    if old is not None:
+        new = {t: new.get(t, m) if "not_measured" in m else m for t, m in old.items()}
+        if new == old:
+            return
+        folder.log("mechanism.json: filled in " + ", ".join(
+            t for t, m in new.items() if "not_measured" in old[t] and "not_measured" not in m))
+    atomic_write(folder.mechanism, json.dumps(new, indent=2))
+
+
 def saved_transfer_of(model: str | None, task: str) -> dict | None:
     """What `agents.refmodels --measure TASK --model MODEL` saved beside a model, if any."""
     import json
@@ -408,8 +424,7 @@ def _run_all(cfg: BenchConfig, folder: RunFolder, resume: bool, progress: bool,
         folder.start(cfg)
     for orphan in remove_orphans(folder.path):
         folder.log(f"removed {orphan.relative_to(folder.path)}, left by an interrupted save")
-    if not folder.mechanism.exists():
-        atomic_write(folder.mechanism, json.dumps(mechanism(cfg, folder), indent=2))
+    refresh_mechanism(cfg, folder)
     specs = run_specs(cfg)
     bar = Progress(len(specs) * cfg.train.iterations, enabled=progress)
     folder.log(f"{'resuming' if resume else 'starting'} {len(specs)} runs")

@@ -391,3 +391,34 @@ def test_runs_are_ordered_so_a_study_stopped_early_decides_the_most_claims():
     ablations = order[2 * len(seeds):4 * len(seeds)]
     assert ablations == [(m, s) for s in seeds for m in ("cory-no-kt", "cory-no-re")]
     assert {m for m, _ in order[4 * len(seeds):]} == {"cory-official", "ppo-2x"}
+
+
+def test_resume_fills_in_a_mechanism_measured_after_the_run_started(tiny_lm, tmp_path):
+    import shutil
+
+    model = tmp_path / "lm"
+    shutil.copytree(tiny_lm.format(task="sentiment"), model)
+    out = tmp_path / "run"
+    args = ["--tasks", "sentiment", "--methods", "ppo", "--seeds", "0", "--model", str(model),
+            *TINY, "--iterations", "1", "--out", str(out)]
+    main(args)
+    assert "not_measured" in json.loads((out / "mechanism.json").read_text())["sentiment"]
+    iv = {"mean": 0.1, "low": 0.05, "high": 0.15, "n": 3, "detectable": 0.05}
+    measured = {"knowledge_transfer": {"from_answer": iv, "from_instruction": iv, "total": iv},
+                "cross_role": {"ratio": iv, "reverse": iv, "per_seed": [{"ratio": 0.1}] * 3,
+                               **{f"gain_{k}": iv for k in ("alone_ppo", "alone_observer_only",
+                                                            "as_observer_pioneer_only",
+                                                            "as_observer_observer_only")}},
+                "verdict": "absent", "queries": 128, "seeds": [0, 1, 2],
+                "budget": {"iterations": 20, "batch_size": 32, "lr": 1e-4}}
+    (model / "transfer-sentiment.json").write_text(json.dumps(measured))  # measured later
+    metrics = (out / "metrics.jsonl").read_text()
+    main(["--resume", "--out", str(out), "--no-progress"])
+    assert json.loads((out / "mechanism.json").read_text())["sentiment"] == measured
+    assert (out / "metrics.jsonl").read_text() == metrics  # nothing else re-run
+    assert "filled in sentiment" in (out / "log.txt").read_text()
+    text = (out / "report.md").read_text()
+    assert "Cross-role transfer" in text and "not an offline reference LM" not in text
+    (model / "transfer-sentiment.json").unlink()  # a measurement, once in the folder, stays
+    main(["--resume", "--out", str(out), "--no-progress"])
+    assert json.loads((out / "mechanism.json").read_text())["sentiment"] == measured
