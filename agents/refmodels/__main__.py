@@ -66,6 +66,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--checkpoint", default=None, metavar="PATHS",
                         help="comma list of a learner's checkpoints (one per seed): measure "
                              "the knowledge-transfer split of their trained observer")
+    parser.add_argument("--ppo-checkpoints", default=None, metavar="PATHS",
+                        help="with --measure: comma list of finished PPO runs' checkpoints, "
+                             "one per seed, measured instead of training PPO here")
+    parser.add_argument("--observer-only-checkpoints", default=None, metavar="PATHS",
+                        help="with --measure: the same seeds' finished cory-no-re checkpoints")
     parser.add_argument("--observer", default="llm_1", help="--checkpoint's observer agent")
     parser.add_argument("--pioneer", default="llm_0", help="--checkpoint's pioneer agent")
     paths = add_train_options(parser, skip=("task", "method", "seed"))
@@ -78,11 +83,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         build(task, budget, Path(out), verbose=not args.quiet)
         return 0
     if args.checkpoint:
-        files = [p.strip() for p in args.checkpoint.split(",") if p.strip()]
-        missing = [p for p in files if not Path(p).is_file()]
-        if not files or missing or args.queries < 1:
-            parser.error(f"--checkpoint needs existing files and --queries >= 1: missing "
-                         f"{missing or 'none'}, --queries {args.queries}")
+        files = _files(parser, "--checkpoint", args.checkpoint)
+        if args.queries < 1:
+            parser.error(f"--checkpoint needs --queries >= 1, got {args.queries}")
         t0 = time.perf_counter()
         result = checkpoint_knowledge_transfer(files, args.observer, args.pioneer, args.queries)
         result["seconds"] = round(time.perf_counter() - t0, 1)
@@ -109,10 +112,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  f"--seeds {args.seeds!r} --queries {args.queries}")
         except ValueError as err:
             parser.error(str(err))
-        if cfg.model is None:
+        trained = None
+        if args.ppo_checkpoints or args.observer_only_checkpoints:
+            trained = tuple(_files(parser, opt, value) for opt, value in (
+                ("--ppo-checkpoints", args.ppo_checkpoints),
+                ("--observer-only-checkpoints", args.observer_only_checkpoints)))
+        elif cfg.model is None:
             reference_lm(offline_model(args.measure), budget=budget)
-        result = measure_transfer(args.measure, model=cfg.model, cfg=cfg, seeds=seeds,
-                                  n=args.queries, out=args.out)
+        try:
+            result = measure_transfer(args.measure, model=cfg.model, cfg=cfg, seeds=seeds,
+                                      n=args.queries, out=args.out, checkpoints=trained)
+        except ValueError as err:
+            if trained is None:
+                raise
+            parser.error(str(err))
         print("\n".join(format_transfer(result)))
         print(f"[cory lm] measured in {result['seconds']:.0f}s; saved to {result['file']}")
         return 0
@@ -140,6 +153,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"{r['episodes_each']} episodes: {r['mean']:+.3f} +- {r['se']:.3f} (SE); "
                   f"each: {' '.join(f'{g:+.3f}' for g in r['gaps'])}")
     return 0
+
+
+
+def _files(parser, option: str, value: str | None) -> list[str]:
+    """A comma list of existing files, or a parser error naming the option and what is missing."""
+    files = [p.strip() for p in (value or "").split(",") if p.strip()]
+    missing = [p for p in files if not Path(p).is_file()]
+    if not files or missing:
+        parser.error(f"{option} needs a comma list of existing files: missing "
+                     f"{missing or 'all (none given)'}")
+    return files
 
 
 if __name__ == "__main__":

@@ -10,8 +10,9 @@
   measures the same split for trained models (a learner's checkpoints, one per seed), with the
   partner the observer trained beside as the pioneer.
 * **Cross-role transfer**: at the benchmark's default budget and settings, train PPO, and CORY
-  without role exchange (`cory-no-re`: llm_0 always the pioneer, llm_1 always the observer).
-  Then every model answers held-out queries alone:
+  without role exchange (`cory-no-re`: llm_0 always the pioneer, llm_1 always the observer),
+  or read such runs' checkpoints (`checkpoint_cross_role`: a study's own models). Then every
+  model answers held-out queries alone:
   (r_alone(observer-only model) − r_alone(base)) / (r_alone(PPO model) − r_alone(base)) is the
   share of the skill learnt as observer that carries over to answering alone. The reverse is
   (r_obs(pioneer-only model) − r_obs(base)) / (r_obs(observer-only model) − r_obs(base)), each
@@ -42,9 +43,17 @@ from cory_env.files import atomic_write
 
 from ..llm.rollout import answer_alone
 from ..llm.sampling import SamplingConfig
-from ..training.restore import load_agents
+from ..training.checkpoint import read_checkpoint
+from ..training.restore import load_agents, saved_config
 from ..training.stats import Interval, Ratio, mean_interval, ratio_interval
-from ..training.train import TrainConfig, Trainer, default_model, model_of, tokenizer_folder
+from ..training.train import (
+    TrainConfig,
+    Trainer,
+    build_policies,
+    default_model,
+    model_of,
+    tokenizer_folder,
+)
 from .measure import as_policy, forced_tokens, play_episode
 
 SEEDS = (0, 1, 2)
@@ -149,34 +158,129 @@ def cross_role_transfer(cfg: TrainConfig, seeds=SEEDS, n: int = QUERIES,
     rows = []
     for s in seeds:
         ppo = Trainer(replace(cfg, method="ppo", seed=s))
-        env = ppo.env
-        alone = _env(env.task, env.tokenizer, env.max_new_tokens, min(n, 64), single_agent=True)
-        kt = _env(env.task, env.tokenizer, env.max_new_tokens, n)
+        envs = _cross_envs(ppo.env.task, ppo.env.tokenizer, ppo.env.max_new_tokens, n)
         base = ppo.learner.policies["llm_0"]
-        row = {"seed": s, "alone_base": _alone(base, alone, s, n)}
-        base_copy = _frozen_copy(base)
-        row["observer_base"] = _as_observer(base_copy, base_copy, kt, s, n)
+        row = _base_row(s, base, _frozen_copy(base), envs, n)
         for _ in ppo.run():
             pass
-        row["alone_ppo"] = _alone(ppo.learner.policies["llm_0"], alone, s, n)
+        row["alone_ppo"] = _alone(ppo.learner.policies["llm_0"], envs[0], s, n)
         del ppo
         cory = Trainer(replace(cfg, method="cory-no-re", seed=s))
         for _ in cory.run():
             pass
-        pio, obs = cory.learner.policies["llm_0"], cory.learner.policies["llm_1"]
-        row["alone_observer_only"] = _alone(obs, alone, s, n)
-        row["alone_pioneer_only"] = _alone(pio, alone, s, n)
-        row["observer_observer_only"] = _as_observer(obs, base_copy, kt, s, n)
-        row["observer_pioneer_only"] = _as_observer(pio, base_copy, kt, s, n)
-        row["ratio"] = _ratio(row["alone_observer_only"] - row["alone_base"],
-                              row["alone_ppo"] - row["alone_base"])
-        row["reverse"] = _ratio(row["observer_pioneer_only"] - row["observer_base"],
-                                row["observer_observer_only"] - row["observer_base"])
-        rows.append(row)
-        progress(f"[cory transfer] seed {s}: alone base {row['alone_base']:.3f}, PPO "
-                 f"{row['alone_ppo']:.3f}, observer-only {row['alone_observer_only']:.3f} -> "
-                 f"cross-role transfer {row['ratio']:.2f}; reverse {row['reverse']:.2f}")
+        rows.append(_trained_row(row, cory.learner.policies, _frozen_copy(base), envs, n))
+        progress(_row_text(rows[-1]))
     return {"per_seed": rows, **cross_role_summary(rows)}
+
+
+def checkpoint_cross_role(ppo: list[str], observer_only: list[str], n: int = QUERIES,
+                          progress=print) -> tuple[TrainConfig, dict]:
+    """`cross_role_transfer` on models already trained: PPO checkpoints and cory-no-re
+    checkpoints (llm_0 always pioneer, llm_1 always observer; a benchmark's ckpt/), paired by
+    their seed, each the end of a run at one budget. Returns the PPO runs' TrainConfig and the
+    same figures; the seeds' sampler seeds are the ones `cross_role_transfer` uses."""
+    pairs = _pair_by_seed(ppo, observer_only)
+    rows, first = [], None
+    for s, (p_path, c_path) in sorted(pairs.items()):
+        cfg, ppo_agents, state = load_agents(p_path, ["llm_0"])
+        cfg_c, cory_agents, state_c = load_agents(c_path, ["llm_0", "llm_1"])
+        for path, c, st in ((p_path, cfg, state), (c_path, cfg_c, state_c)):
+            if int(st["iteration"]) != c.iterations:
+                raise ValueError(f"checkpoint {path} is at iteration {int(st['iteration'])} "
+                                 f"of {c.iterations}: not a finished run")
+        first = first or cfg
+        _check_budget(first, cfg, p_path)
+        _check_budget(first, cfg_c, c_path)
+        task = make_task(cfg.task, **cfg.task_options)
+        tokenizer = _tokenizer(cfg, task)
+        envs = _cross_envs(task, tokenizer, cfg.max_new_tokens or task.default_max_new_tokens, n)
+        base = build_policies(cfg, ["llm_0"])["llm_0"]  # untrained, as before training
+        row = _base_row(s, base, _frozen_copy(base), envs, n)
+        row["alone_ppo"] = _alone(ppo_agents["llm_0"], envs[0], s, n)
+        row["checkpoints"] = [str(p_path), str(c_path)]
+        rows.append(_trained_row(row, cory_agents, _frozen_copy(base), envs, n))
+        progress(_row_text(rows[-1]))
+    return first, {"per_seed": rows, **cross_role_summary(rows)}
+
+
+def _pair_by_seed(ppo: list[str], observer_only: list[str]) -> dict[int, tuple[str, str]]:
+    """{seed: (PPO checkpoint, cory-no-re checkpoint)}; a ValueError naming a checkpoint of the
+    wrong method, a repeated seed or a seed without its partner."""
+    from ..learners.base import resolve_method
+
+    by_method = {}
+    for want, paths in (("ppo", ppo), ("cory-no-re", observer_only)):
+        seeds = {}
+        for path in paths:
+            cfg = saved_config(read_checkpoint(path))
+            got, ok = resolve_method(cfg.method), resolve_method(want)
+            if (got.algorithm, got.structure) != (ok.algorithm, ok.structure):
+                raise ValueError(f"checkpoint {path} was trained with method {cfg.method!r}, "
+                                 f"not {want!r}")
+            if cfg.seed in seeds:
+                raise ValueError(f"checkpoints {seeds[cfg.seed]} and {path} have the same "
+                                 f"seed {cfg.seed}")
+            seeds[cfg.seed] = path
+        by_method[want] = seeds
+    a, b = by_method["ppo"], by_method["cory-no-re"]
+    if not a or set(a) != set(b):
+        raise ValueError(f"PPO and cory-no-re checkpoints must cover the same seeds: PPO "
+                         f"{sorted(a)}, cory-no-re {sorted(b)}")
+    return {s: (a[s], b[s]) for s in a}
+
+
+def _check_budget(want: TrainConfig, got: TrainConfig, path: str) -> None:
+    """A ValueError when a checkpoint's training budget differs from the first one's."""
+    keys = ("task", "model", "iterations", "batch_size", "max_new_tokens", "lora",
+            "mixed_precision")
+    diff = [k for k in keys if getattr(want, k) != getattr(got, k)]
+    if want.ppo.lr != got.ppo.lr:
+        diff.append("lr")
+    if diff:
+        raise ValueError(f"checkpoint {path} was trained at another budget ({', '.join(diff)} "
+                         f"differ from the first PPO checkpoint's)")
+
+
+def _tokenizer(cfg: TrainConfig, task):
+    """The run's tokenizer (the model's), else the task's own."""
+    from cory_env.config import load_tokenizer
+
+    folder = tokenizer_folder(model_of(cfg, "llm_0"))
+    return load_tokenizer(folder) if folder else task.tokenizer
+
+
+def _cross_envs(task, tokenizer, max_new: int, n: int) -> tuple:
+    """The alone env and the observer env of the cross-role measurements."""
+    return (_env(task, tokenizer, max_new, min(n, 64), single_agent=True),
+            _env(task, tokenizer, max_new, n))
+
+
+def _base_row(seed: int, base, base_copy, envs, n: int) -> dict:
+    """The base model alone and as observer of its own answers."""
+    return {"seed": seed, "alone_base": _alone(base, envs[0], seed, n),
+            "observer_base": _as_observer(base_copy, base_copy, envs[1], seed, n)}
+
+
+def _trained_row(row: dict, cory: dict, base_copy, envs, n: int) -> dict:
+    """A seed's row completed with the cory-no-re models' rewards and both ratios."""
+    s, (alone, kt) = row["seed"], envs
+    pio, obs = cory["llm_0"], cory["llm_1"]
+    row["alone_observer_only"] = _alone(obs, alone, s, n)
+    row["alone_pioneer_only"] = _alone(pio, alone, s, n)
+    row["observer_observer_only"] = _as_observer(obs, base_copy, kt, s, n)
+    row["observer_pioneer_only"] = _as_observer(pio, base_copy, kt, s, n)
+    row["ratio"] = _ratio(row["alone_observer_only"] - row["alone_base"],
+                          row["alone_ppo"] - row["alone_base"])
+    row["reverse"] = _ratio(row["observer_pioneer_only"] - row["observer_base"],
+                            row["observer_observer_only"] - row["observer_base"])
+    return row
+
+
+def _row_text(row: dict) -> str:
+    """One seed's figures as a progress line."""
+    return (f"[cory transfer] seed {row['seed']}: alone base {row['alone_base']:.3f}, PPO "
+            f"{row['alone_ppo']:.3f}, observer-only {row['alone_observer_only']:.3f} -> "
+            f"cross-role transfer {row['ratio']:.2f}; reverse {row['reverse']:.2f}")
 
 
 def _gains(rows: list[dict], now: str, base: str) -> list[float]:
@@ -252,16 +356,26 @@ def verdict(result: dict) -> str:
 
 def measure_transfer(task: str, model: str | None = None, cfg: TrainConfig | None = None,
                      seeds=SEEDS, n: int = QUERIES, save: bool = True, progress=print,
-                     out: str | None = None) -> dict:
+                     out: str | None = None,
+                     checkpoints: tuple[list[str], list[str]] | None = None) -> dict:
     """Knowledge and cross-role transfer of a task's model at `cfg`'s training budget.
 
     `model`: any model (a short name, a GGUF file, a folder; default: the task's offline
     reference LM); `cfg`: the training settings (default `TrainConfig()`; its task and model
-    are set here); `seeds`, `n`: seeds and held-out queries of every measurement. When `save`,
-    the result is written to `out`, else to the model folder's transfer.json (a folder with a
-    build report: an offline LM) or transfer-<task>.json; `result["file"]` says where.
+    are set here); `seeds`, `n`: seeds and held-out queries of every measurement;
+    `checkpoints`: (PPO checkpoints, cory-no-re checkpoints) already trained, one per seed
+    (`checkpoint_cross_role`), instead of training them here: their task, model, budget and
+    seeds are used. When `save`, the result is written to `out`, else to the model folder's
+    transfer.json (a folder with a build report: an offline LM) or transfer-<task>.json;
+    `result["file"]` says where.
     """
     t0 = time.perf_counter()
+    trained = None
+    if checkpoints is not None:
+        cfg, trained = checkpoint_cross_role(*checkpoints, n=n, progress=progress)
+        if cfg.task != task:
+            raise ValueError(f"the checkpoints were trained on task {cfg.task!r}, not {task!r}")
+        model, seeds = cfg.model, [r["seed"] for r in trained["per_seed"]]
     cfg = replace(cfg or TrainConfig(), task=task, model=model).validate()
     first = Trainer(replace(cfg, method="ppo", iterations=1))
     path = Path(model_of(cfg, "llm_0") or default_model(task))
@@ -278,7 +392,9 @@ def measure_transfer(task: str, model: str | None = None, cfg: TrainConfig | Non
                   first.learner.policies["llm_0"], env.task, env.tokenizer, env.max_new_tokens,
                   seeds, n)}
     del first
-    result["cross_role"] = cross_role_transfer(cfg, seeds, n, progress)
+    if trained is not None:
+        result["trained_from"] = [r["checkpoints"] for r in trained["per_seed"]]
+    result["cross_role"] = trained or cross_role_transfer(cfg, seeds, n, progress)
     result["verdict"] = summarize(result)["verdict"]
     result["seconds"] = time.perf_counter() - t0
     if save:

@@ -189,3 +189,50 @@ def test_the_split_of_trained_models_is_read_from_their_checkpoints(toy_lm, tmp_
         tr.checkpoint_knowledge_transfer(paths[:1], "llm_7", "llm_0", n=4)
     with pytest.raises(SystemExit):
         main(["--checkpoint", str(tmp_path / "nowhere.pt")])
+
+
+def test_cross_role_transfer_from_finished_runs_equals_training_them_here(toy_lm, tmp_path):
+    """The same runs trained by the measurement or read from their checkpoints give the same
+    figures, seed for seed; checkpoints of the wrong method, an unfinished run or unpaired
+    seeds are refused by name."""
+    from dataclasses import replace
+
+    from agents.refmodels.__main__ import main
+    from agents.training.train import Trainer
+
+    model = shutil.copytree(toy_lm, tmp_path / "lm")
+    cfg = TrainConfig(task="toy", model=str(model), iterations=2, batch_size=4, max_new_tokens=4,
+                      ppo=PPOConfig(batch_size=4, mini_batch_size=4, lr=3e-3, ppo_epochs=1))
+    paths = {}
+    for method in ("ppo", "cory-no-re"):
+        for seed in (0, 1):
+            trainer = Trainer(replace(cfg, method=method, seed=seed))
+            if method == "ppo" and seed == 1:
+                trainer.save(str(tmp_path / "unfinished.pt"))
+            for _ in trainer.run():
+                pass
+            paths[method, seed] = str(tmp_path / f"{method}-{seed}.pt")
+            trainer.save(paths[method, seed])
+    fresh = tr.measure_transfer("toy", str(model), cfg, seeds=(0, 1), n=5, save=False,
+                                progress=lambda m: None)
+    ppo, no_re = [paths["ppo", 1], paths["ppo", 0]], [paths["cory-no-re", 0],
+                                                      paths["cory-no-re", 1]]
+    read = tr.measure_transfer("toy", None, None, n=5, progress=lambda m: None,
+                               out=str(tmp_path / "t.json"), checkpoints=(ppo, no_re))
+    rows = [{k: v for k, v in r.items() if k != "checkpoints"}
+            for r in read["cross_role"]["per_seed"]]
+    assert rows == fresh["cross_role"]["per_seed"] and read["seeds"] == [0, 1]
+    assert read["knowledge_transfer"] == fresh["knowledge_transfer"]
+    assert read["verdict"] == fresh["verdict"] and read["budget"] == fresh["budget"]
+    assert read["trained_from"][0] == [paths["ppo", 0], paths["cory-no-re", 0]]
+    saved = json.loads((tmp_path / "t.json").read_text())["cross_role"]
+    assert json.dumps(saved) == json.dumps(read["cross_role"])  # NaN != NaN: compare as text
+    for bad, message in (((no_re, no_re), "method 'cory-no-re', not 'ppo'"),
+                         ((ppo[:1], no_re), r"same seeds: PPO \[1\], cory-no-re \[0, 1\]"),
+                         (([str(tmp_path / "unfinished.pt"), paths["ppo", 0]], no_re),
+                          "at iteration 0 of 2: not a finished run")):
+        with pytest.raises(ValueError, match=message):
+            tr.measure_transfer("toy", None, None, n=5, save=False, checkpoints=bad)
+    with pytest.raises(SystemExit):  # the command names the missing file before loading
+        main(["--measure", "toy", "--ppo-checkpoints", str(tmp_path / "nowhere.pt"),
+              "--observer-only-checkpoints", no_re[0]])
