@@ -99,7 +99,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.measure:
         try:
             cfg = train_config_from(args, paths, task=args.measure)
-            if cfg.model is None and offline_model(args.measure) is None:
+            trained = None
+            if args.ppo_checkpoints or args.observer_only_checkpoints:
+                trained = tuple(_files(parser, opt, value) for opt, value in (
+                    ("--ppo-checkpoints", args.ppo_checkpoints),
+                    ("--observer-only-checkpoints", args.observer_only_checkpoints)))
+            if cfg.model is None and offline_model(args.measure) is None and not trained:
                 raise ValueError(f"--measure {args.measure}: the task has no offline reference "
                                  f"LM ({', '.join(TASKS)} have); give --model")
             try:
@@ -112,12 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  f"--seeds {args.seeds!r} --queries {args.queries}")
         except ValueError as err:
             parser.error(str(err))
-        trained = None
-        if args.ppo_checkpoints or args.observer_only_checkpoints:
-            trained = tuple(_files(parser, opt, value) for opt, value in (
-                ("--ppo-checkpoints", args.ppo_checkpoints),
-                ("--observer-only-checkpoints", args.observer_only_checkpoints)))
-        elif cfg.model is None:
+        if cfg.model is None and trained is None:
             reference_lm(offline_model(args.measure), budget=budget)
         try:
             result = measure_transfer(args.measure, model=cfg.model, cfg=cfg, seeds=seeds,

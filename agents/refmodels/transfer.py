@@ -182,15 +182,9 @@ def checkpoint_cross_role(ppo: list[str], observer_only: list[str], n: int = QUE
     pairs = _pair_by_seed(ppo, observer_only)
     rows, first = [], None
     for s, (p_path, c_path) in sorted(pairs.items()):
-        cfg, ppo_agents, state = load_agents(p_path, ["llm_0"])
-        cfg_c, cory_agents, state_c = load_agents(c_path, ["llm_0", "llm_1"])
-        for path, c, st in ((p_path, cfg, state), (c_path, cfg_c, state_c)):
-            if int(st["iteration"]) != c.iterations:
-                raise ValueError(f"checkpoint {path} is at iteration {int(st['iteration'])} "
-                                 f"of {c.iterations}: not a finished run")
+        cfg, ppo_agents, _ = load_agents(p_path, ["llm_0"])
+        _, cory_agents, _ = load_agents(c_path, ["llm_0", "llm_1"])
         first = first or cfg
-        _check_budget(first, cfg, p_path)
-        _check_budget(first, cfg_c, c_path)
         task = make_task(cfg.task, **cfg.task_options)
         tokenizer = _tokenizer(cfg, task)
         envs = _cross_envs(task, tokenizer, cfg.max_new_tokens or task.default_max_new_tokens, n)
@@ -204,19 +198,26 @@ def checkpoint_cross_role(ppo: list[str], observer_only: list[str], n: int = QUE
 
 
 def _pair_by_seed(ppo: list[str], observer_only: list[str]) -> dict[int, tuple[str, str]]:
-    """{seed: (PPO checkpoint, cory-no-re checkpoint)}; a ValueError naming a checkpoint of the
-    wrong method, a repeated seed or a seed without its partner."""
+    """{seed: (PPO checkpoint, cory-no-re checkpoint)}, read before any model loads; a
+    ValueError naming a checkpoint of the wrong method, an unfinished run, another budget, a
+    repeated seed or a seed without its partner."""
     from ..learners.base import resolve_method
 
-    by_method = {}
+    by_method, first = {}, None
     for want, paths in (("ppo", ppo), ("cory-no-re", observer_only)):
         seeds = {}
         for path in paths:
-            cfg = saved_config(read_checkpoint(path))
+            state = read_checkpoint(path)
+            cfg = saved_config(state)
             got, ok = resolve_method(cfg.method), resolve_method(want)
             if (got.algorithm, got.structure) != (ok.algorithm, ok.structure):
                 raise ValueError(f"checkpoint {path} was trained with method {cfg.method!r}, "
                                  f"not {want!r}")
+            if int(state["iteration"]) != cfg.iterations:
+                raise ValueError(f"checkpoint {path} is at iteration {int(state['iteration'])} "
+                                 f"of {cfg.iterations}: not a finished run")
+            first = first or cfg
+            _check_budget(first, cfg, path)
             if cfg.seed in seeds:
                 raise ValueError(f"checkpoints {seeds[cfg.seed]} and {path} have the same "
                                  f"seed {cfg.seed}")
@@ -231,8 +232,8 @@ def _pair_by_seed(ppo: list[str], observer_only: list[str]) -> dict[int, tuple[s
 
 def _check_budget(want: TrainConfig, got: TrainConfig, path: str) -> None:
     """A ValueError when a checkpoint's training budget differs from the first one's."""
-    keys = ("task", "model", "iterations", "batch_size", "max_new_tokens", "lora",
-            "mixed_precision")
+    keys = ("task", "task_options", "model", "iterations", "batch_size", "max_new_tokens",
+            "lora", "mixed_precision")
     diff = [k for k in keys if getattr(want, k) != getattr(got, k)]
     if want.ppo.lr != got.ppo.lr:
         diff.append("lr")
