@@ -130,3 +130,15 @@ def write_tiny_gguf(path, arch: str = "llama", hidden: int = 32, layers: int = 2
     w.write_tensors_to_file()
     w.close()
     return str(path)
+
+
+def mechanism_measurement() -> dict:
+    """A saved mechanism measurement (`agents.refmodels.transfer`) with made-up intervals."""
+    iv = {"mean": 0.1, "low": 0.05, "high": 0.15, "n": 3, "detectable": 0.05}
+    gains = ("alone_ppo", "alone_observer_only", "as_observer_pioneer_only",
+             "as_observer_observer_only")
+    return {"knowledge_transfer": {"from_answer": iv, "from_instruction": iv, "total": iv},
+            "cross_role": {"ratio": iv, "reverse": iv, "per_seed": [{"ratio": 0.1}] * 3,
+                           **{f"gain_{k}": iv for k in gains}},
+            "verdict": "absent", "queries": 128, "seeds": [0, 1, 2],
+            "budget": {"iterations": 20, "batch_size": 32, "lr": 1e-4}}

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import mechanism_measurement
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 import benchmarks
@@ -403,14 +404,7 @@ def test_resume_fills_in_a_mechanism_measured_after_the_run_started(tiny_lm, tmp
             *TINY, "--iterations", "1", "--out", str(out)]
     main(args)
     assert "not_measured" in json.loads((out / "mechanism.json").read_text())["sentiment"]
-    iv = {"mean": 0.1, "low": 0.05, "high": 0.15, "n": 3, "detectable": 0.05}
-    measured = {"knowledge_transfer": {"from_answer": iv, "from_instruction": iv, "total": iv},
-                "cross_role": {"ratio": iv, "reverse": iv, "per_seed": [{"ratio": 0.1}] * 3,
-                               **{f"gain_{k}": iv for k in ("alone_ppo", "alone_observer_only",
-                                                            "as_observer_pioneer_only",
-                                                            "as_observer_observer_only")}},
-                "verdict": "absent", "queries": 128, "seeds": [0, 1, 2],
-                "budget": {"iterations": 20, "batch_size": 32, "lr": 1e-4}}
+    measured = mechanism_measurement()
     (model / "transfer-sentiment.json").write_text(json.dumps(measured))  # measured later
     metrics = (out / "metrics.jsonl").read_text()
     main(["--resume", "--out", str(out), "--no-progress"])

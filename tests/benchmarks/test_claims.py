@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from helpers import mechanism_measurement
 
 from benchmarks import claims as cl
 from benchmarks import records as rec
@@ -175,14 +176,7 @@ def test_the_report_leads_with_the_verdicts_and_draws_the_frontier(tmp_path):
 
 
 def test_the_mechanism_measurement_heads_the_report():
-    iv = {"mean": 0.1, "low": 0.05, "high": 0.15, "n": 3, "detectable": 0.05}
-    measured = {"knowledge_transfer": {"from_answer": iv, "from_instruction": iv, "total": iv},
-                "cross_role": {"ratio": iv, "reverse": iv, "per_seed": [{"ratio": 0.1}] * 3,
-                               **{f"gain_{k}": iv for k in ("alone_ppo", "alone_observer_only",
-                                                            "as_observer_pioneer_only",
-                                                            "as_observer_observer_only")}},
-                "verdict": "absent", "queries": 128, "seeds": [0, 1, 2],
-                "budget": {"iterations": 20, "batch_size": 32, "lr": 1e-4}}
+    measured = mechanism_measurement()
     lines = rp.mechanism_lines({"sentiment": measured, "imdb": {"not_measured": "user model"}})
     text = rp.render(runs({"ppo": ppo_fast, "cory": cory_slow_efficient}), preamble=lines)
     assert text.index("Cross-role transfer") < text.index("## The paper's claims")
