@@ -231,7 +231,7 @@ def mechanism_lines(mechanism: dict) -> list[str]:
 
     if not mechanism:
         return []
-    out = ["## Does the model have CORY's mechanism? (measured before any comparison)", ""]
+    out = ["## Does the model have CORY's mechanism?", ""]
     for task, m in mechanism.items():
         out.append(f"**{task}**" + (f": not measured — {m['not_measured']}." if
                                     "not_measured" in m else ""))

@@ -443,7 +443,8 @@ def format_transfer(r: dict) -> list[str]:
         f"reward; the instruction alone {_fmt(kt['from_instruction'])}; both "
         f"{_fmt(kt['total'])}.",
         f"- **Cross-role transfer** ({b['iterations']} iterations × {b['batch_size']} episodes, "
-        f"lr {b['lr']:g}): answering alone, an observer-only-trained model gains "
+        f"lr {b['lr']:g}{', read from finished runs' if r.get('trained_from') else ''}): "
+        f"answering alone, an observer-only-trained model gains "
         f"{_fmt(cr['gain_alone_observer_only'])} reward over the base and PPO's model "
         f"{_fmt(cr['gain_alone_ppo'])}; the share that carries over (ratio of the mean gains, "
         f"Fieller) is {cr['ratio_text']}.",
