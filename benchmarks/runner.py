@@ -35,7 +35,6 @@ from cory_env import offline_model
 from cory_env.files import atomic_write, remove_dir, remove_orphans
 from cory_env.text import copy_rate
 
-from . import report
 from .config import BenchConfig, RunSpec, check_resume, from_saved, run_specs, train_config
 from .evaluate import evaluate_alone, evaluation_due
 from .records import select
@@ -435,7 +434,9 @@ def _run_all(cfg: BenchConfig, folder: RunFolder, resume: bool, progress: bool,
             continue
         finished &= run_one(cfg, spec, folder, bar, stop_after)
     bar.close()
-    path = report.write_report(folder.path)
+    from .report import write_report  # here: `python -m benchmarks.report` runs it as main
+
+    path = write_report(folder.path)
     folder.log(f"report written ({'complete' if finished else 'partial'})")
     return path
 
