@@ -79,6 +79,11 @@ def real(seeds: list[int], methods: tuple[str, ...] = ("ppo", "cory"), iteration
 REAL = real([0, 1, 2, 3, 4], ("ppo", "cory", "cory-no-kt", "cory-no-re", "cory-official",
                               "ppo-2x"), eval_every=3, alone_queries=256)
 
+# Claim (2) on the real model: the same budget on `reasoning` (reasoning-gym's one-digit
+# arithmetic, exact match), every held-out problem (69) sampled 4 times at each of 11 points.
+REAL_MATH = {**real([0, 1, 2, 3, 4], ("ppo", "cory"), eval_every=3), "tasks": ["reasoning"],
+             "max_new_tokens": 8, "eval_problems": 69, "eval_samples": 4, "pass_k": 4}
+
 # name -> settings over the offline defaults (the "offline" preset is the defaults).
 PRESETS: dict[str, dict] = {
     "offline": {},
@@ -88,5 +93,6 @@ PRESETS: dict[str, dict] = {
     "imdb-xl": imdb("gpt2-xl", ["ppo"]),  # the paper's size ablation for single PPO
     "gsm8k": gsm8k(),
     "real": REAL,
+    "real-math": REAL_MATH,
     "real-demo": real([0]),  # make demo's comparison: one seed, about 10 minutes on 2 cores
 }

@@ -293,6 +293,16 @@ def test_study_preset_runs_the_arms_long_enough_to_decide():
     assert points >= 10
     default = resolve_config("offline")
     assert sum(benchmarks.evaluate.evaluation_due(default, i) for i in range(21)) >= 5
+    real, math_ = resolve_config("real"), resolve_config("real-math")
+    for c in (real, math_):  # the real model's studies: 5 seeds, >= 10 points, one budget
+        assert len(c.seeds) >= 5 and c.train.model == "smollm2-135m" and c.train.lora
+        assert sum(benchmarks.evaluate.evaluation_due(c, i)
+                   for i in range(c.train.iterations + 1)) >= 10
+        assert (c.train.batch_size, c.train.iterations, c.train.ppo.lr) == (16, 30, 5e-4)
+    assert real.alone_queries >= 256 and set(real.methods) >= {
+        "ppo", "cory", "cory-no-kt", "cory-no-re", "cory-official", "ppo-2x"}
+    assert math_.tasks == ["reasoning"] and cory_env.make_task("reasoning").exact_match
+    assert math_.eval_problems >= 69 and {"ppo", "cory"} <= set(math_.methods)
     # the KL controller's horizon follows the batch: 10000 x 32 / 256
     assert default.train.ppo.effective_kl_horizon == 1250
     raw = resolve_config("offline", scale_kl_horizon=False)
