@@ -207,13 +207,14 @@ def try_evaluate(trainer: Trainer, cfg: BenchConfig, spec: RunSpec, folder: RunF
         f"{r['model']} reward {r['task_reward']:.3f} kl {r['kl']:.3f}" for r in records))
 
 
-def mechanism(cfg: BenchConfig, folder: RunFolder) -> dict:
-    """Per task, the model's knowledge and cross-role transfer (`agents.refmodels.transfer`):
-    measured once per offline reference LM (about 4 minutes, then cached in its folder)."""
+def mechanism(cfg: BenchConfig, folder: RunFolder, tasks: list[str] | None = None) -> dict:
+    """Per task (default: every task of cfg), the model's knowledge and cross-role transfer
+    (`agents.refmodels.transfer`): measured once per offline reference LM (about 4 minutes,
+    then cached in its folder)."""
     from agents.refmodels import reference_lm
     from agents.refmodels.transfer import measure_transfer, saved_transfer
     out = {}
-    for task in cfg.tasks:
+    for task in cfg.tasks if tasks is None else tasks:
         model = cfg.model_for(task)
         if model is not None or offline_model(task) is None:
             saved = saved_transfer_of(model, task)
@@ -242,9 +243,11 @@ def refresh_mechanism(cfg: BenchConfig, folder: RunFolder) -> None:
     old = json.loads(folder.mechanism.read_text()) if folder.mechanism.exists() else None
     if old is not None and not any("not_measured" in m for m in old.values()):
         return
-    new = mechanism(cfg, folder)
-    if old is not None:
-        new = {t: new.get(t, m) if "not_measured" in m else m for t, m in old.items()}
+    if old is None:
+        new = mechanism(cfg, folder)
+    else:
+        fresh = mechanism(cfg, folder, [t for t, m in old.items() if "not_measured" in m])
+        new = {t: fresh.get(t, m) for t, m in old.items()}
         if new == old:
             return
         folder.log("mechanism.json: filled in " + ", ".join(
