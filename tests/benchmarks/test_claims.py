@@ -90,6 +90,19 @@ def test_a_less_efficient_cory_contradicts_the_kl_claims():
     assert claim(data, "(1b)").status == cl.CONTRADICTED
 
 
+def test_claim_1_is_contradicted_for_the_part_that_carries_the_evidence():
+    """Rewards a little apart (the gap's interval straddles −δ) but KL clearly not halved: the
+    reason is the KL ratio; rewards clearly apart at a KL ratio near 2×: the reward gap."""
+    near = lambda s: (ppo_fast(s)[0] - 0.2 + (s - 1) * 0.15, ppo_fast(s)[1] / 0.75)  # noqa: E731
+    c = claim(runs({"ppo": ppo_fast, "cory": near}), "(1) ")
+    assert c.status == cl.CONTRADICTED and c.reason.startswith("the KL ratio is below 2×")
+    apart = lambda s: (ppo_fast(s)[0] - 1.0 + 0.01 * s,  # noqa: E731
+                       ppo_fast(s)[1] / (2.0 + (s - 1) * 0.8))
+    c = claim(runs({"ppo": ppo_fast, "cory": apart}), "(1) ")
+    assert c.status == cl.CONTRADICTED
+    assert c.reason.startswith("the final rewards differ by more than ±δ")
+
+
 def test_a_kl_ratio_near_the_threshold_is_inconclusive_with_its_reason():
     noisy = lambda s: (ppo_fast(s)[0], ppo_fast(s)[1] / (2.0 + (s - 1) * 0.8))  # noqa: E731
     c = claim(runs({"ppo": ppo_fast, "cory": noisy}), "(1a)")
