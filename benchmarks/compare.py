@@ -77,8 +77,6 @@ WALL_CLOCK = ("time_rollout_s", "time_update_s")  # the only fields that differ 
 def same_records(a: str, b: str) -> tuple[bool, list[str]]:
     """Whether two run folders hold the same training and alone records field for field
     (wall-clock fields aside), with a line per file and the first difference."""
-
-
     ok, out = True, []
     for name in ("metrics.jsonl", "alone.jsonl"):
         ra, rb = (read_jsonl(Path(f) / name) for f in (a, b))

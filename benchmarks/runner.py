@@ -240,19 +240,16 @@ def mechanism(cfg: BenchConfig, folder: RunFolder, tasks: list[str] | None = Non
 def refresh_mechanism(cfg: BenchConfig, folder: RunFolder) -> None:
     """Write the folder's mechanism.json once; on resume, fill in a task "not measured" before
     whose measurement has since been saved beside its model."""
-    old = json.loads(folder.mechanism.read_text()) if folder.mechanism.exists() else None
-    if old is not None and not any("not_measured" in m for m in old.values()):
+    if not folder.mechanism.exists():
+        atomic_write(folder.mechanism, json.dumps(mechanism(cfg, folder), indent=2))
         return
-    if old is None:
-        new = mechanism(cfg, folder)
-    else:
-        fresh = mechanism(cfg, folder, [t for t, m in old.items() if "not_measured" in m])
-        new = {t: fresh.get(t, m) for t, m in old.items()}
-        if new == old:
-            return
-        folder.log("mechanism.json: filled in " + ", ".join(
-            t for t, m in new.items() if "not_measured" in old[t] and "not_measured" not in m))
-    atomic_write(folder.mechanism, json.dumps(new, indent=2))
+    old = json.loads(folder.mechanism.read_text())
+    missing = [t for t, m in old.items() if "not_measured" in m]
+    fresh = mechanism(cfg, folder, missing) if missing else {}
+    filled = {t: m for t, m in fresh.items() if "not_measured" not in m}
+    if filled:
+        folder.log("mechanism.json: filled in " + ", ".join(filled))
+        atomic_write(folder.mechanism, json.dumps({**old, **filled}, indent=2))
 
 
 def saved_transfer_of(model: str | None, task: str) -> dict | None:

@@ -155,7 +155,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-
 def _files(parser, option: str, value: str | None) -> list[str]:
     """A comma list of existing files, or a parser error naming the option and what is missing."""
     files = [p.strip() for p in (value or "").split(",") if p.strip()]

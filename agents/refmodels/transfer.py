@@ -44,7 +44,7 @@ from cory_env.files import atomic_write
 from ..llm.rollout import answer_alone
 from ..llm.sampling import SamplingConfig
 from ..training.checkpoint import read_checkpoint
-from ..training.restore import load_agents, saved_config
+from ..training.restore import load_agents, run_tokenizer, saved_config
 from ..training.stats import Interval, Ratio, mean_interval, ratio_interval
 from ..training.train import (
     TrainConfig,
@@ -186,7 +186,7 @@ def checkpoint_cross_role(ppo: list[str], observer_only: list[str], n: int = QUE
         _, cory_agents, _ = load_agents(c_path, ["llm_0", "llm_1"])
         first = first or cfg
         task = make_task(cfg.task, **cfg.task_options)
-        tokenizer = _tokenizer(cfg, task)
+        tokenizer = run_tokenizer(cfg, task)
         envs = _cross_envs(task, tokenizer, cfg.max_new_tokens or task.default_max_new_tokens, n)
         base = build_policies(cfg, ["llm_0"])["llm_0"]  # untrained, as before training
         row = _base_row(s, base, _frozen_copy(base), envs, n)
@@ -240,14 +240,6 @@ def _check_budget(want: TrainConfig, got: TrainConfig, path: str) -> None:
     if diff:
         raise ValueError(f"checkpoint {path} was trained at another budget ({', '.join(diff)} "
                          f"differ from the first PPO checkpoint's)")
-
-
-def _tokenizer(cfg: TrainConfig, task):
-    """The run's tokenizer (the model's), else the task's own."""
-    from cory_env.config import load_tokenizer
-
-    folder = tokenizer_folder(model_of(cfg, "llm_0"))
-    return load_tokenizer(folder) if folder else task.tokenizer
 
 
 def _cross_envs(task, tokenizer, max_new: int, n: int) -> tuple:

@@ -51,7 +51,11 @@ def checkpoint_policy(path: str, agent: str = "llm_0", max_new_tokens: int | Non
     cfg, policies, _ = load_agents(path, [agent])
     policy = policies[agent]
     task = make_task(cfg.task, **cfg.task_options)
-    folder = tokenizer_folder(model_of(cfg, "llm_0"))
-    tokenizer = load_tokenizer(folder) if folder else task.tokenizer
     cap = max_new_tokens or cfg.max_new_tokens or task.default_max_new_tokens
-    return TextPolicy(policy, tokenizer, cap, sampling, seed)
+    return TextPolicy(policy, run_tokenizer(cfg, task), cap, sampling, seed)
+
+
+def run_tokenizer(cfg: TrainConfig, task):
+    """A run's tokenizer: its model's, else the task's own."""
+    folder = tokenizer_folder(model_of(cfg, "llm_0"))
+    return load_tokenizer(folder) if folder else task.tokenizer
