@@ -4,29 +4,41 @@ Every claim reads the alone-evaluation points (`alone.jsonl`: every model of eve
 answering held-out queries alone every `eval_every` iterations), one trajectory per seed: a
 multi-model method's trajectory is the mean of its models at each point ("a CORY-trained
 model, either one"); trends and final points read it smoothed over points, frontiers read the
-raw points (`benchmarks.stats`). Per seed, paired by seed:
+raw points (`benchmarks.stats`). Per seed, paired by seed. δ is MEANINGFUL (10%) of the reward
+scale of the methods a claim compares (1 on exact-match tasks), and a KL ratio within
+KL_MARGIN (×/÷ 1.1) of a threshold is negligible:
 
 (1) similar final reward, PPO's KL more than twice CORY's: the final rewards are equivalent
-    within ±δ (two one-sided tests) *and* log(KL_PPO / KL_CORY) at the final point > log 2.
-(1a) at matched reward, log(KL_PPO / KL_CORY) > log 2 (the frontier reading of (1)).
-(1b) at matched KL, reward_CORY − reward_PPO > 0 (the frontier reading of (1)).
-(2) exact-match tasks, PPO peaks then declines while CORY does not: over the second half of
-    the points, CORY's change of reward minus PPO's > δ.
+    within ±δ (two one-sided tests) *and* log(KL_PPO / KL_CORY) at the final point is above
+    log 2 by more than the KL margin.
+(1a) at matched reward, log(KL_PPO / KL_CORY) above log 2 by more than the KL margin
+    (contradicted: below it by more than the margin).
+(1b) at matched KL, reward_CORY − reward_PPO > δ (contradicted: < −δ, CORY lower).
+(2) exact-match tasks, PPO's reward peaks then declines while CORY's does not, two parts
+    (an intersection–union test): over the second half of the points PPO's change < −δ, *and*
+    CORY's change > −δ. Both parts use the one threshold −δ: a change counts as a decline
+    only when it falls by more than δ.
 (3) both ablations need more KL than CORY: the mean over cory-no-kt and cory-no-re of
-    log(KL_ablation / KL_CORY) at matched reward > 0.
-(4) CORY's combined reward r − η·ΣKL rises while PPO's falls: over the second half, CORY's
-    change minus PPO's > 0.
+    log(KL_ablation / KL_CORY) at matched reward above the KL margin (contradicted: below
+    minus the margin).
+(4) CORY's combined reward r − η·ΣKL rises while PPO's falls, two parts: over the second half
+    CORY's change > δ *and* PPO's change < −δ.
 
-δ is MEANINGFUL (10%) of the task's reward scale. Each test gives a one-sided p-value for the
-claim and one against it (t-tests over seeds; an "and" takes the larger p, an "or" the
-Bonferroni-corrected smaller); the claim's p is twice the smaller of the two, so that before
-correction a verdict is the 95% interval lying on one side. Within each task, Holm's method
-adjusts the p-values of the claims that could be tested; a claim is *supported* or
-*contradicted* on this model only when its adjusted p < 0.05, and *inconclusive* otherwise,
-or with fewer than 3 seeds, fewer than 5 evaluation points, no shared range to match, or a
-method whose best smoothed alone reward is not above the base model's (the raw first point),
-with the reason. Each claim states the effect it could detect at these seeds, and the report
-puts the model's measured mechanism beside every verdict.
+A claim with one part gives a one-sided p-value for it and one against it at its threshold;
+(1a), (1b) and (3) test "for" and "against" at thresholds a margin apart, so that an effect
+inside the margin (an interpolation artefact, a negligible difference) is neither. A claim of
+parts is supported only when every part is (its p is the largest part's) and contradicted
+when any part is refuted (Bonferroni over the parts). The claim's p is twice the smaller of
+the two, so that before correction a verdict is a 95% interval lying clear of its threshold.
+Within each task, Holm's method adjusts the p-values of the claims that could be tested; a
+claim is *supported* or *contradicted* on this model only when its adjusted p < 0.05, and
+*inconclusive* otherwise, or with fewer than 3 seeds, fewer than 5 evaluation points, no
+shared range to match, or a method whose learning is not shown: a one-sided t-test over seeds
+(at 2.5%) of its mean alone reward over the points after the base minus the base model's
+(the raw first point); a gain within ±δ reads "does not learn measurably", a wider interval
+"not shown at these seeds". A seed without every evaluation point of every compared method is
+left out, and each verdict it touches names it. Each claim states the effect it could detect
+at these seeds, and the report puts the model's measured mechanism beside every verdict.
 """
 
 from __future__ import annotations
@@ -47,6 +59,7 @@ MIN_SEEDS, MIN_POINTS = 3, 5
 LEVELS = (0.25, 0.5, 0.75, 1.0)  # matched points: these fractions of the shared range
 MEANINGFUL = 0.10  # a reward change or gap within ±10% of the task's reward scale is negligible
 KL_RATIO = 2.0  # claim (1)'s "more than twice"
+KL_MARGIN = math.log(1.1)  # a KL ratio within ×/÷ 1.1 of a threshold is negligible
 KL_FLOOR = 1e-6  # log KL of a point at KL 0
 
 
@@ -71,6 +84,8 @@ class Claim:
     against: str = ""  # what a contradiction means here
     detectable: str = ""
     scope: str = ""
+    undecided: str = ""  # what an untested-by-Holm inconclusive means here
+    note: str = ""  # seeds left out
 
     @property
     def tested(self) -> bool:
@@ -85,7 +100,7 @@ class Claim:
     def line(self) -> str:
         """The report line: name, verdict with its scope and reason, then the numbers."""
         where = " on this model" if self.status != INCONCLUSIVE else ""
-        why = "; ".join(x for x in (self.reason, self.scope) if x)
+        why = "; ".join(x for x in (self.reason, self.note, self.scope) if x)
         why = f" ({why})" if why else ""
         p = f" Holm-adjusted p = {self.p:.3g} (raw {self.p_raw:.3g})." if self.tested else ""
         mde = f" Detectable at these seeds: {self.detectable}." if self.detectable else ""
@@ -104,10 +119,12 @@ class Inputs:
 
     trajectories: dict[str, dict[int, Trajectory]]
     seeds: list[int]
-    scale: float  # the task's reward scale (MEANINGFUL of it is negligible)
+    scale: float  # the compared methods' reward scale (MEANINGFUL of it is negligible)
     problem: str = ""  # why no verdict can be given, if so
-    gains: dict[str, Interval] = field(default_factory=dict)
+    gains: dict[str, Interval] = field(default_factory=dict)  # mean gain over the base (gate)
+    best: dict[str, Interval] = field(default_factory=dict)  # best smoothed gain (descriptive)
     raw: dict[str, dict[int, Trajectory]] = field(default_factory=dict)
+    left_out: str = ""  # the seeds left out and why
 
     def per_seed(self, method: str) -> list[Trajectory]:
         """The method's smoothed trajectories in seed order (trends, final points)."""
@@ -124,25 +141,54 @@ class Inputs:
         return MEANINGFUL * self.scale
 
 
+def left_out(data: RunData, task: str, eta, methods: list[str], seeds: list[int]) -> str:
+    """The seeds some compared method has records of but that are not used, and why."""
+    every = {m: data.trajectories(task, m, eta, complete=False) for m in methods}
+    full = {m: max((len(t.iterations) for t in every[m].values()), default=0) for m in methods}
+    why = {}
+    for s in sorted(set().union(*every.values()) - set(seeds)):
+        why[s] = ", ".join(f"no {m} records" if s not in every[m] else
+                           f"{m} has {len(every[m][s].iterations)} of {full[m]} evaluation points"
+                           for m in methods
+                           if s not in every[m] or len(every[m][s].iterations) < full[m])
+    return "; ".join(f"seed {s} left out ({w})" for s, w in why.items())
+
+
+def learning_gate(method: str, gain: Interval, per_seed: list[float], delta: float) -> str:
+    """Why a method's learning is not shown ("" when its mean gain's interval is above 0)."""
+    if gain.above(0):
+        return ""
+    if gain.below(0):
+        return f"{method} did not learn: its mean alone reward over the base is {gain}, below 0"
+    if gain.within(-delta, delta):
+        return (f"{method} did not learn measurably: its mean alone reward over the base is "
+                f"{gain}, within ±{delta:.3g}")
+    seeds = ", ".join(f"{g:+.3g}" for g in per_seed)
+    return (f"{method}'s learning is not shown at {gain.n} seeds (which does not say it did not "
+            f"learn): its mean alone reward over the base is {gain}, per seed {seeds}")
+
+
 def gather(data: RunData, task: str, eta, methods: list[str]) -> Inputs:
     """The claim inputs, with `problem` set when a verdict cannot be given."""
-    raw = {m: data.trajectories(task, m, eta) for m in methods}  # finished seeds only
+    raw = {m: data.trajectories(task, m, eta) for m in methods}  # every point only
     seeds = sorted(set.intersection(*(set(t) for t in raw.values()))) if raw else []
     trajs = {m: {s: t[s].smoothed() for s in seeds} for m, t in raw.items()}
-    out = Inputs(trajs, seeds, data.alone_reward_scale(task),
-                 raw={m: {s: t[s] for s in seeds} for m, t in raw.items()})
+    out = Inputs(trajs, seeds, data.alone_reward_scale(task, methods),
+                 raw={m: {s: t[s] for s in seeds} for m, t in raw.items()},
+                 left_out=left_out(data, task, eta, methods, seeds))
     problems = []
     if len(seeds) < MIN_SEEDS:
         problems.append(f"too few seeds: {len(seeds)} < {MIN_SEEDS}")
     points = min((len(raw[m][s].iterations) for m in raw for s in seeds), default=0)
     if points < MIN_POINTS:
         problems.append(f"too few evaluation points: {points} < {MIN_POINTS}")
-    for m in methods:  # best smoothed alone reward minus the base model's own (raw) point
-        gain = mean_interval([trajs[m][s].reward.max() - raw[m][s].reward[0] for s in seeds])
-        out.gains[m] = gain
-        if len(seeds) >= 2 and not gain.above(0):
-            problems.append(f"{m} did not learn: its best smoothed alone reward minus the base "
-                            f"model's is {gain}")
+    for m in methods:  # the mean over the points after the base, minus the base's own point
+        per_seed = [float(np.mean(raw[m][s].reward[1:]) - raw[m][s].reward[0]) for s in seeds]
+        out.gains[m] = mean_interval(per_seed)
+        out.best[m] = mean_interval([trajs[m][s].reward.max() - raw[m][s].reward[0]
+                                     for s in seeds])
+        if len(seeds) >= 2 and (why := learning_gate(m, out.gains[m], per_seed, out.delta)):
+            problems.append(why)
     out.problem = "; ".join(problems)
     return out
 
@@ -194,13 +240,6 @@ def matched_reward_gap(a: list[Trajectory], b: list[Trajectory]) -> tuple[Interv
     return mean_interval(per_seed), budgets
 
 
-def _kl_side(iv: Interval) -> str:
-    """Which side of 1× a log-KL ratio below 2× lies."""
-    return ("CORY needs more KL than PPO" if iv.below(0) else
-            "CORY needs less KL, but not half" if iv.above(0) else
-            "the ratio is below 2× and its interval contains 1×")
-
-
 def ratio_text(iv: Interval) -> str:
     """A log-ratio interval as a ratio with its interval."""
     if iv.n == 0 or not math.isfinite(iv.mean):
@@ -219,31 +258,101 @@ def _levels(xs: list[float]) -> str:
 # ------------------------------------------------------------------------------- tests
 def tested(name: str, numbers: str, inp: Inputs, p_for: float, p_against: float,
            ivs: dict[str, Interval], sizes: dict[str, Interval], threshold: str = "0",
-           against: str = "") -> Claim:
+           against: str = "", undecided: str = "") -> Claim:
     """A claim with its two p-values, or untested when the inputs forbid a verdict. `sizes`:
     the intervals whose detectable effects the report states; `against`: what a
-    contradiction means."""
+    contradiction means; `undecided`: what an inconclusive verdict means (default: the
+    interval contains the threshold)."""
     n = min((iv.n for iv in ivs.values()), default=0)
     if inp.problem:
-        return untested(name, inp.problem, numbers, **ivs)
-    if n < MIN_SEEDS:
-        return untested(name, f"only {n} seeds have a value on the shared range "
-                              f"(< {MIN_SEEDS})", numbers, **ivs)
-    return Claim(name, INCONCLUSIVE, numbers, "", ivs, p_for, p_against, sizes=sizes,
-                 threshold=threshold, against=against)
+        claim = untested(name, inp.problem, numbers, **ivs)
+    elif n < MIN_SEEDS:
+        claim = untested(name, f"only {n} seeds have a value on the shared range "
+                               f"(< {MIN_SEEDS})", numbers, **ivs)
+    else:
+        claim = Claim(name, INCONCLUSIVE, numbers, "", ivs, p_for, p_against, sizes=sizes,
+                      threshold=threshold, against=against, undecided=undecided)
+    claim.note = inp.left_out
+    return claim
 
 
-def matched(name: str, numbers: str, inp: Inputs, iv: Interval, levels: list[float], axis: str,
-            threshold: float, shown: str, against: str) -> Claim:
-    """A frontier claim: `iv` against `threshold` on levels of `axis` ("reward" or "KL") that
-    every seed observed, or untested when they share no range."""
+@dataclass(frozen=True)
+class Side:
+    """One directional test with a margin: the effect `iv` is for the claim above `high` and
+    against it below `low` (low == high: no margin), with what each outcome means."""
+
+    iv: Interval
+    low: float
+    high: float
+    says: str  # the claim's side, shown
+    denies: str  # the other side, shown
+    between: str  # neither shown
+    above: bool = True  # False: the claim's side is below
+
+    @property
+    def p_for(self) -> float:
+        """One-sided p of the claim's side."""
+        return self.iv.p_above(self.high) if self.above else self.iv.p_below(self.low)
+
+    @property
+    def p_against(self) -> float:
+        """One-sided p of the other side."""
+        return self.iv.p_below(self.low) if self.above else self.iv.p_above(self.high)
+
+    def state(self) -> str:
+        """What the 95% interval shows: the claim's side, the other, or neither."""
+        return (self.says if self.p_for < ALPHA / 2 else
+                self.denies if self.p_against < ALPHA / 2 else self.between)
+
+
+def sided(name: str, numbers: str, inp: Inputs, side: Side, shown: str, size: str) -> Claim:
+    """A one-part claim decided by `side` (its margin between for and against)."""
+    return tested(name, numbers, inp, side.p_for, side.p_against, {"value": side.iv},
+                  {size: side.iv}, shown, side.denies, side.between)
+
+
+def parts(name: str, numbers: str, inp: Inputs, sides: dict[str, Side], shown: str) -> Claim:
+    """A claim of several parts (an intersection–union test): supported only when every part
+    is (p the largest part's), contradicted when any part is refuted (Bonferroni over the
+    parts); each reason names the parts that carry it."""
+    p_for = max(s.p_for for s in sides.values())
+    p_against = min(1.0, len(sides) * min(s.p_against for s in sides.values()))
+    against = "; ".join(s.denies for s in sides.values() if s.p_against < ALPHA / 2)
+    undecided = "; ".join(s.state() for s in sides.values())
+    return tested(name, numbers, inp, p_for, p_against, {k: s.iv for k, s in sides.items()},
+                  {k: s.iv for k, s in sides.items()}, shown, against, undecided)
+
+
+def matched(name: str, numbers: str, inp: Inputs, side: Side, levels: list[float], axis: str
+            ) -> Claim:
+    """A frontier claim decided by `side` on levels of `axis` ("reward" or "KL") that every
+    seed observed, or untested when they share no range."""
     if not levels and not inp.problem:
         what = "frontiers" if axis == "reward" else "KL ranges"
-        return untested(name, f"no common {axis} range: the seeds' {what} do not overlap",
-                        numbers, value=iv)
-    size = "log KL ratio" if axis == "reward" else "reward gap"
-    return tested(name, numbers, inp, iv.p_above(threshold), iv.p_below(threshold),
-                  {"value": iv}, {size: iv}, shown, against)
+        claim = untested(name, f"no common {axis} range: the seeds' {what} do not overlap",
+                         numbers, value=side.iv)
+        claim.note = inp.left_out
+        return claim
+    shown = (f"{math.exp(side.high):.3g}× (for) and {math.exp(side.low):.3g}× (against)"
+             if axis == "reward" else f"+{side.high:.3g} (for) and {side.low:.3g} (against)")
+    return sided(name, numbers, inp, side, shown,
+                 "log KL ratio" if axis == "reward" else "reward gap")
+
+
+def kl_side(iv: Interval, at: float, who: str, than: str) -> Side:
+    """"`who` needs more than `at`× the KL `than` does" on a log ratio, with the KL margin."""
+    x = f"{math.exp(at):g}×"
+    hi, lo = at + KL_MARGIN, at - KL_MARGIN
+    denies = (f"{who} needs less KL than {than}" if at == 0 else
+              "CORY needs more KL than PPO" if iv.below(0) else
+              f"CORY needs less KL, but not {x} less" if iv.above(0) else
+              f"the ratio is below {x} and its interval contains 1×")
+    return Side(iv, lo, hi, f"{who} needs more than {math.exp(hi):.3g}× the KL of {than}",
+                denies + f" (the ratio's interval lies below {math.exp(lo):.3g}×)",
+                f"the ratio's interval reaches into {x} ×/÷ {math.exp(KL_MARGIN):.3g}"
+                if not iv.within(lo, hi) else
+                f"the ratio lies within {x} ×/÷ {math.exp(KL_MARGIN):.3g}: a negligible "
+                f"difference from {x}")
 
 
 def _pair(data: RunData, task: str, eta, name: str) -> Inputs | Claim:
@@ -259,7 +368,7 @@ def final_point(t: Trajectory, field_: str) -> float:
 
 
 def claim_efficiency(data: RunData, task: str, eta) -> Claim:
-    """(1): equivalent final reward and log(KL_PPO / KL_CORY) > log 2 at it."""
+    """(1): equivalent final reward and log(KL_PPO / KL_CORY) at it above log 2 (the margin)."""
     name = f"(1) similar final reward, and PPO's KL more than twice CORY's at it [{task}]"
     inp = _pair(data, task, eta, name)
     if isinstance(inp, Claim):
@@ -271,44 +380,54 @@ def claim_efficiency(data: RunData, task: str, eta) -> Claim:
                            for p, c in zip(ppo, cory)])
     d, lk = inp.delta, math.log(KL_RATIO)
     p_equal = max(gap.p_above(-d), gap.p_below(d))  # two one-sided tests
-    p_for = max(p_equal, ratio.p_above(lk))  # both parts must hold
-    apart, below = min(gap.p_below(-d), gap.p_above(d)), ratio.p_below(lk)
+    p_for = max(p_equal, ratio.p_above(lk + KL_MARGIN))  # both parts must hold
+    apart, below = min(gap.p_below(-d), gap.p_above(d)), ratio.p_below(lk - KL_MARGIN)
     p_against = min(1.0, 3 * min(apart, below))
     numbers = (f"Final reward CORY − PPO {gap} (equivalent within ±{d:.3g}, 10% of the reward "
                f"scale {inp.scale:.3g}); KL_PPO / KL_CORY at the final point {ratio_text(ratio)}"
-               f" (threshold {KL_RATIO:g}×). Best gains over the base: PPO {inp.gains['ppo']}, "
-               f"CORY {inp.gains['cory']}.")
+               f" (threshold {KL_RATIO:g}× ×/÷ {math.exp(KL_MARGIN):.3g}). Mean gains over the "
+               f"base: PPO {inp.gains['ppo']}, CORY {inp.gains['cory']}.")
     against = ("the final rewards differ by more than ±δ" if apart < below else  # the evidence
                f"the KL ratio is below {KL_RATIO:g}×")
+    reward = ("the final rewards are equivalent within ±δ" if p_equal < ALPHA / 2 else
+              "the final rewards differ by more than ±δ" if apart < ALPHA / 2 else
+              "whether the final rewards are within ±δ is undecided")
+    kl = kl_side(ratio, lk, "PPO", "CORY").state()
     return tested(name, numbers, inp, p_for, p_against, {"reward_gap": gap, "log_kl_ratio": ratio},
                   {"reward gap": gap, "log KL ratio": ratio},
-                  f"±{d:.3g} and {KL_RATIO:g}×", against)
+                  f"±{d:.3g} and {KL_RATIO:g}×", against, f"{reward}; {kl}")
 
 
 def claim_kl_at_reward(data: RunData, task: str, eta) -> Claim:
-    """(1a): at matched reward, PPO's KL > 2x CORY's."""
+    """(1a): at matched reward, PPO's KL > 2x CORY's (by more than the KL margin)."""
     name = f"(1a) at matched reward, PPO's KL is more than twice CORY's [{task}]"
     inp = _pair(data, task, eta, name)
     if isinstance(inp, Claim):
         return inp
     iv, levels = matched_kl_ratio(inp.points("ppo"), inp.points("cory"))
     numbers = (f"KL_PPO / KL_CORY at rewards {_levels(levels)} (25-100% of the best-reward range"
-               f" every seed observed): {ratio_text(iv)}; threshold {KL_RATIO:g}×.")
-    return matched(name, numbers, inp, iv, levels, "reward", math.log(KL_RATIO),
-                   f"{KL_RATIO:g}×", _kl_side(iv))
+               f" every seed observed): {ratio_text(iv)}; threshold {KL_RATIO:g}× ×/÷ "
+               f"{math.exp(KL_MARGIN):.3g}.")
+    return matched(name, numbers, inp, kl_side(iv, math.log(KL_RATIO), "PPO", "CORY"), levels,
+                   "reward")
 
 
 def claim_reward_at_kl(data: RunData, task: str, eta) -> Claim:
-    """(1b): at matched KL, CORY's reward > PPO's."""
+    """(1b): at matched KL, CORY's reward higher than PPO's by more than δ."""
     name = f"(1b) at matched KL, CORY's reward is higher than PPO's [{task}]"
     inp = _pair(data, task, eta, name)
     if isinstance(inp, Claim):
         return inp
     iv, budgets = matched_reward_gap(inp.points("cory"), inp.points("ppo"))
+    d = inp.delta
     numbers = (f"reward_CORY − reward_PPO at KL {_levels(budgets)} nats (25-100% of the KL range"
-               f" every seed observed): {iv}.")
-    return matched(name, numbers, inp, iv, budgets, "KL", 0.0, "0",
-                   "CORY's reward is lower at matched KL")
+               f" every seed observed): {iv}; threshold ±δ = {d:.3g} (10% of the reward scale "
+               f"{inp.scale:.3g}).")
+    between = ("the gap lies within ±δ: no meaningful difference" if iv.within(-d, d) else
+               "the gap's interval reaches into ±δ")
+    side = Side(iv, -d, d, "CORY's reward is higher by more than δ",
+                "CORY's reward is lower than PPO's by more than δ", between)
+    return matched(name, numbers, inp, side, budgets, "KL")
 
 
 def late_change(traj: Trajectory, field_: str = "reward") -> float:
@@ -330,51 +449,57 @@ def band(iv: Interval, delta: float) -> str:
     return "undecided"
 
 
-def _changes(inp: Inputs, field_: str) -> tuple[dict[str, Interval], Interval, str]:
-    """Each method's second-half change, the paired contrast CORY − PPO, and as text."""
+def _changes(inp: Inputs, field_: str) -> tuple[dict[str, Interval], str]:
+    """Each method's second-half change, and as text against the band ±δ."""
     each = {m: mean_interval([late_change(t, field_) for t in inp.per_seed(m)])
             for m in ("ppo", "cory")}
-    contrast = mean_interval([late_change(c, field_) - late_change(p, field_)
-                              for p, c in zip(inp.per_seed("ppo"), inp.per_seed("cory"))])
     text = "; ".join(f"{m.upper()} {iv} ({band(iv, inp.delta)})" for m, iv in each.items())
-    return each, contrast, text
+    return each, text
+
+
+def change_side(iv: Interval, who: str, what: str, at: float, above: bool) -> Side:
+    """"`who`'s `what` changes above (or below) `at`" over the second half, as words."""
+    up = (f"{who}'s {what} rises by more than δ" if at > 0 else
+          f"{who}'s {what} does not decline by more than δ")
+    down = (f"{who}'s {what} does not rise by more than δ" if at > 0 else
+            f"{who}'s {what} declines by more than δ")
+    says, denies = (up, down) if above else (down, up)
+    return Side(iv, at, at, says, denies, f"whether {says} is undecided (the interval of its "
+                                          f"change contains {at:+.3g})", above)
 
 
 def claim_peak_decline(data: RunData, task: str, eta) -> Claim:
-    """(2): over the second half, CORY's change of reward minus PPO's > δ."""
+    """(2): over the second half, PPO's reward declines by more than δ and CORY's does not."""
     name = f"(2) PPO's reward peaks then declines, CORY's does not [{task}]"
     inp = _pair(data, task, eta, name)
     if isinstance(inp, Claim):
         return inp
-    each, contrast, text = _changes(inp, "reward")
-    numbers = (f"Change of the smoothed alone reward over the second half, CORY − PPO: "
-               f"{contrast} (threshold δ = {inp.delta:.3g}, 10% of the reward scale "
-               f"{inp.scale:.3g}); each, against the band ±δ: {text}.")
-    against = "PPO's reward does not decline more than CORY's" + (
-        "; CORY's declines too" if band(each["cory"], inp.delta) == "falls" else "")
-    return tested(name, numbers, inp, contrast.p_above(inp.delta), contrast.p_below(inp.delta),
-                  {"contrast": contrast, **each}, {"contrast": contrast}, f"δ = {inp.delta:.3g}",
-                  against)
+    each, text = _changes(inp, "reward")
+    d = inp.delta
+    numbers = (f"Change of the smoothed alone reward over the second half, against the band "
+               f"±δ (δ = {d:.3g}, 10% of the reward scale {inp.scale:.3g}): {text}.")
+    sides = {"ppo": change_side(each["ppo"], "PPO", "reward", -d, above=False),
+             "cory": change_side(each["cory"], "CORY", "reward", -d, above=True)}
+    return parts(name, numbers, inp, sides, f"−δ = {-d:.3g}")
 
 
 def claim_combined(data: RunData, task: str, eta) -> Claim:
-    """(4): over the second half, CORY's change of combined reward minus PPO's > 0."""
+    """(4): over the second half, CORY's combined reward rises by more than δ, PPO's falls."""
     name = f"(4) CORY's combined reward r − η·ΣKL rises while PPO's falls [{task}]"
     inp = _pair(data, task, eta, name)
     if isinstance(inp, Claim):
         return inp
-    each, contrast, text = _changes(inp, "combined")
+    each, text = _changes(inp, "combined")
+    d = inp.delta
     numbers = (f"Change of the smoothed alone combined reward (η = {data.alone_eta(task):g}) "
-               f"over the second half, CORY − PPO: {contrast} (threshold 0); each, against the "
-               f"band ±{inp.delta:.3g}: {text}.")
-    against = "CORY's combined reward changes less than PPO's" + (
-        "; CORY's combined reward falls" if band(each["cory"], inp.delta) == "falls" else "")
-    return tested(name, numbers, inp, contrast.p_above(0), contrast.p_below(0),
-                  {"contrast": contrast, **each}, {"contrast": contrast}, "0", against)
+               f"over the second half, against the band ±δ (δ = {d:.3g}): {text}.")
+    sides = {"cory": change_side(each["cory"], "CORY", "combined reward", d, above=True),
+             "ppo": change_side(each["ppo"], "PPO", "combined reward", -d, above=False)}
+    return parts(name, numbers, inp, sides, f"±δ = {d:.3g}")
 
 
 def claim_ablations(data: RunData, task: str, eta) -> Claim:
-    """(3): the ablations' mean log(KL_ablation / KL_CORY) at matched reward > 0."""
+    """(3): the ablations' mean log(KL_ablation / KL_CORY) at matched reward above the margin."""
     name = f"(3) no-knowledge-transfer and no-role-exchange need more KL than CORY [{task}]"
     missing = _missing(data, task, eta, ["cory", *ABLATIONS])
     if missing:
@@ -386,11 +511,12 @@ def claim_ablations(data: RunData, task: str, eta) -> Claim:
     levels = reward_levels(cory + [t for m in ABLATIONS for t in inp.points(m)])
     each = {m: log_kl_ratios(inp.points(m), cory, levels) for m in ABLATIONS}
     both = mean_interval([float(np.mean(x)) for x in zip(*each.values())])
-    parts = "; ".join(f"{m} {ratio_text(mean_interval(v))}" for m, v in each.items())
+    parts_ = "; ".join(f"{m} {ratio_text(mean_interval(v))}" for m, v in each.items())
     numbers = (f"KL_ablation / KL_CORY at rewards {_levels(levels)}, the geometric mean of both:"
-               f" {ratio_text(both)} (threshold 1×); each (exploratory): {parts}.")
-    return matched(name, numbers, inp, both, levels, "reward", 0.0, "1×",
-                   "the ablations need less KL than CORY")
+               f" {ratio_text(both)} (threshold 1× ×/÷ {math.exp(KL_MARGIN):.3g}); each "
+               f"(exploratory): {parts_}.")
+    return matched(name, numbers, inp, kl_side(both, 0.0, "the ablations", "CORY"), levels,
+                   "reward")
 
 
 # ------------------------------------------------------------------------------- verdicts
@@ -406,7 +532,7 @@ def decide(group: list[Claim], alpha: float = ALPHA) -> list[Claim]:
         else:
             c.reason = (f"Holm-adjusted p = {p:.3g} ≥ {alpha:g} over the task's {len(live)} "
                         f"tested claims" if c.p_raw < alpha else
-                        f"the interval contains {c.threshold}")
+                        c.undecided or f"the interval contains {c.threshold}")
         level = alpha / len(live)
         c.detectable = ", ".join(
             f"{what} ±{detectable_effect(iv.se * math.sqrt(iv.n), iv.n, level):.3g}"

@@ -138,7 +138,8 @@ class Trajectory:
         for r in records:
             by_it[int(r["iteration"])].append(r)
         its = sorted(by_it)
-        mean = lambda f: np.array([np.mean([r[f] for r in by_it[i]]) for i in its])  # noqa: E731
+        mean = lambda f: np.array([sum(r[f] for r in by_it[i]) / len(by_it[i])  # noqa: E731
+                                   for i in its], dtype=np.float64)
         return cls(np.array(its, dtype=np.float64), mean("kl"), mean("task_reward"),
                    mean("combined_reward"))
 
@@ -157,6 +158,7 @@ class RunData:
         self.rows, self.evals, self.config = rows, evals or [], config or {}
         self.window = window or int(self.config.get("final_window", 5))
         self.mechanism = mechanism or {}  # task -> the model's measured mechanism
+        self._trajectories: dict[tuple, dict[int, Trajectory]] = {}
 
     @classmethod
     def load(cls, folder: str | os.PathLike) -> RunData:
@@ -205,29 +207,36 @@ class RunData:
         """Final-value mean ± std over seeds."""
         return final_stat(self.rows, field, self.window, **match)
 
-    def trajectories(self, task: str, method: str, eta, model: str | None = None
-                     ) -> dict[int, Trajectory]:
+    def trajectories(self, task: str, method: str, eta, model: str | None = None,
+                     complete: bool = True) -> dict[int, Trajectory]:
         """seed -> the method's alone trajectory (mean over its models, or one `model`). A
-        seed with fewer points than the method's longest is still running and left out."""
-        match = {"task": task, "method": method, "sweep_eta": eta}
-        if model is not None:
-            match["model"] = model
-        rows = select(self.evals, **match)
-        out = {s: Trajectory.of(select(rows, seed=s)) for s in ordered(r["seed"] for r in rows)}
+        seed with fewer points than the method's longest (still running, stopped early or a
+        record lost) is left out unless `complete` is False."""
+        key = (task, method, eta, model, id(self.evals), len(self.evals))
+        if key not in self._trajectories:
+            match = {"task": task, "method": method, "sweep_eta": eta}
+            if model is not None:
+                match["model"] = model
+            rows = select(self.evals, **match)
+            self._trajectories[key] = {s: Trajectory.of(select(rows, seed=s))
+                                       for s in ordered(r["seed"] for r in rows)}
+        out = self._trajectories[key]
         full = max((len(t.iterations) for t in out.values()), default=0)
-        return {s: t for s, t in out.items() if len(t.iterations) == full}
+        return {s: t for s, t in out.items() if not complete or len(t.iterations) == full}
 
     def models(self, task: str, method: str, eta) -> list[str]:
         """The method's models that were evaluated alone."""
         return sorted(ordered(r["model"] for r in select(self.evals, task=task, method=method,
                                                          sweep_eta=eta)))
 
-    def alone_reward_scale(self, task: str) -> float:
+    def alone_reward_scale(self, task: str, methods: Sequence[str] | None = None) -> float:
         """The task's reward scale: 1 for exact-match tasks (rewards in [0, 1]), else the span
-        of the alone rewards recorded on it (every method, seed and point)."""
+        of the alone rewards recorded on it by `methods` (default: every method), every seed and
+        point."""
         if self.exact_match(task):
             return 1.0
-        values = [r["task_reward"] for r in select(self.evals, task=task)]
+        values = [r["task_reward"] for r in select(self.evals, task=task)
+                  if methods is None or r["method"] in methods]
         return float(max(values) - min(values)) if values else 0.0
 
     def alone_eta(self, task: str) -> float:

@@ -8,10 +8,11 @@ Everything is plain numpy on per-seed numbers. Conventions (the report prints th
 * **Smoothing**: a trajectory of evaluation points is smoothed by a centred 3-point moving
   average over points (each end averages itself and its one neighbour).
 * **Frontier**: a seed's best reward at a KL budget k is the running maximum of its raw
-  rewards over the points sorted by KL; between two observed points reward is interpolated
-  linearly in log-KL (in √KL on a segment that starts at KL 0). The KL it needs for
-  reward r is where that running maximum first reaches r, interpolated the same way. Both are
-  NaN outside the observed points: nothing is extrapolated, below or above.
+  rewards over the points sorted by KL; between two observed points it is the monotone cubic
+  (PCHIP) through them in √KL (KL grows with the square of a small policy change), so that one
+  frontier sampled sparsely or densely reads the same. The KL it needs for reward r is where
+  that curve first reaches r (its inverse). Both are NaN outside the observed points: nothing
+  is extrapolated, below or above.
 * **Matched levels** lie inside the range every seed of every compared method observed
   (`common_range`); levels outside it are dropped, never seeds.
 * **Trend**: the change of a curve over a span of iterations is its least-squares slope over
@@ -24,6 +25,8 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+from scipy.interpolate import PchipInterpolator
+from scipy.optimize import brentq
 
 from agents.training.stats import Interval, mean_interval, t_quantile
 
@@ -48,46 +51,43 @@ def envelope(kl: Sequence[float], reward: Sequence[float]) -> tuple[np.ndarray, 
     return k, np.maximum.accumulate(np.asarray(reward, dtype=np.float64)[order])
 
 
-def _between(x0: float, x1: float, f: float) -> float:
-    """The KL a fraction f of the way from x0 to x1: geometric between positive KLs, and
-    √KL linear from KL 0 (KL grows with the square of a small policy change)."""
-    if x0 > 0 and x1 > 0:
-        return math.exp(math.log(x0) + f * (math.log(x1) - math.log(x0)))
-    return (math.sqrt(max(x0, 0.0)) + f * (math.sqrt(max(x1, 0.0)) - math.sqrt(max(x0, 0.0)))) ** 2
+def _nodes(kl: Sequence[float], reward: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    """The envelope as interpolation nodes: √KL (strictly increasing; of equal KLs the last,
+    which holds their best) and the best reward."""
+    k, r = envelope(kl, reward)
+    x = np.sqrt(np.maximum(k, 0.0))
+    last = np.r_[x[1:] > x[:-1], True] if len(x) else x > 0
+    return x[last], r[last]
 
 
-def _fraction(x0: float, x1: float, x: float) -> float:
-    """Where KL x lies between x0 and x1 as a fraction, on _between's scale."""
-    if x1 == x0:
-        return 0.0
-    if x0 > 0 and x1 > 0:
-        return (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0))
-    lo, hi = math.sqrt(max(x0, 0.0)), math.sqrt(max(x1, 0.0))
-    return (math.sqrt(max(x, 0.0)) - lo) / (hi - lo)
+def _frontier_at(x: np.ndarray, y: np.ndarray, at: float) -> float:
+    """The monotone cubic (PCHIP) through the nodes, at √KL `at` (inside their range)."""
+    i = int(np.searchsorted(x, at))
+    if len(x) == 1 or x[min(i, len(x) - 1)] == at:
+        return float(y[min(i, len(x) - 1)])
+    return float(PchipInterpolator(x, y)(at))
 
 
 def reward_at_kl(kl: Sequence[float], reward: Sequence[float], budget: float) -> float:
     """The best reward reached within a KL budget (NaN outside the observed KL range)."""
-    k, r = envelope(kl, reward)
-    if not len(k) or not k[0] <= budget <= k[-1]:
+    x, y = _nodes(kl, reward)
+    at = math.sqrt(max(budget, 0.0))
+    if not len(x) or budget < 0 or not x[0] <= at <= x[-1]:
         return math.nan
-    i = int(np.searchsorted(k, budget, side="left"))
-    if k[i] == budget:
-        return float(r[i])
-    f = _fraction(k[i - 1], k[i], budget)
-    return float(r[i - 1] + f * (r[i] - r[i - 1]))
+    return _frontier_at(x, y, at)
 
 
 def kl_at_reward(kl: Sequence[float], reward: Sequence[float], target: float) -> float:
     """The KL at which the best reward first reaches `target` (NaN below the first observed
-    point's reward or above the best one)."""
-    k, r = envelope(kl, reward)
-    if not len(k) or not r[0] <= target <= r[-1]:
+    point's reward or above the best one): `reward_at_kl` inverted."""
+    x, y = _nodes(kl, reward)
+    if not len(x) or not y[0] <= target <= y[-1]:
         return math.nan
-    i = int(np.argmax(r >= target))
-    if i == 0 or r[i] == r[i - 1]:
-        return float(k[i])
-    return _between(float(k[i - 1]), float(k[i]), (target - r[i - 1]) / (r[i] - r[i - 1]))
+    i = int(np.argmax(y >= target))
+    if y[i] == target or i == 0:
+        return float(x[i]) ** 2
+    curve = PchipInterpolator(x, y)
+    return brentq(lambda v: float(curve(v)) - target, x[i - 1], x[i], xtol=1e-12) ** 2
 
 
 def common_range(curves: Sequence[tuple[Sequence[float], Sequence[float]]], axis: str

@@ -416,12 +416,13 @@ MEANING = {
     "weak": "the mechanism is weak: part, but less than half, of what a model learns as "
             "observer carries over; read every verdict against it",
     "absent": "the mechanism is absent: little of what a model learns as observer carries over "
-              "to answering alone, so the paper's claims cannot be tested on this model",
+              "to answering alone; the paper's claims are still tested below as outcomes, but "
+              "the paper's explanation for them (knowledge transfer) does not hold on this "
+              "model",
     "inconclusive": "the transfer's interval straddles a threshold: the seeds cannot tell how "
                     "much carries over",
     "undefined": "PPO's model does not learn measurably at this budget, so there is no skill "
-                 "to carry over and the paper's claims cannot be tested on this model at this "
-                 "budget",
+                 "to carry over and the mechanism cannot be read at this budget",
 }
 
 

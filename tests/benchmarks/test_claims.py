@@ -83,10 +83,10 @@ def test_slower_but_more_kl_efficient_is_supported_not_read_as_worse():
 def test_a_less_efficient_cory_contradicts_the_kl_claims():
     data = runs({"ppo": lambda s: cory_slow_efficient(s), "cory": ppo_fast})
     assert claim(data, "(1a)").status == cl.CONTRADICTED
-    assert claim(data, "(1a)").reason == "CORY needs more KL than PPO"
+    assert claim(data, "(1a)").reason.startswith("CORY needs more KL than PPO")
     modest = runs({"ppo": ppo_fast, "cory": lambda s: (ppo_fast(s)[0], ppo_fast(s)[1] / 1.3)})
     c = claim(modest, "(1a)")  # 1.3x more efficient: the claim's 2x is still contradicted
-    assert c.status == cl.CONTRADICTED and c.reason == "CORY needs less KL, but not half"
+    assert c.status == cl.CONTRADICTED and c.reason.startswith("CORY needs less KL, but not 2×")
     assert claim(data, "(1b)").status == cl.CONTRADICTED
 
 
@@ -106,7 +106,7 @@ def test_claim_1_is_contradicted_for_the_part_that_carries_the_evidence():
 def test_a_kl_ratio_near_the_threshold_is_inconclusive_with_its_reason():
     noisy = lambda s: (ppo_fast(s)[0], ppo_fast(s)[1] / (2.0 + (s - 1) * 0.8))  # noqa: E731
     c = claim(runs({"ppo": ppo_fast, "cory": noisy}), "(1a)")
-    assert c.status == cl.INCONCLUSIVE and "contains 2×" in c.reason
+    assert c.status == cl.INCONCLUSIVE and "reaches into 2× ×/÷ 1.1" in c.reason
 
 
 # ------------------------------------------------------------------------------- (2)
@@ -159,7 +159,8 @@ def test_combined_reward_rising_for_cory_and_falling_for_ppo_is_supported():
     # CORY's KL 12 eats its reward gain of 1.5: its combined reward falls
     data = runs({"ppo": ppo_fast, "cory": lambda s: (1.5 * X + 0.01 * s, 12 * X + 0.01 * s)})
     c = claim(data, "(4)")
-    assert c.status == cl.CONTRADICTED and "CORY's combined reward falls" in c.reason
+    assert c.status == cl.CONTRADICTED
+    assert c.reason == "CORY's combined reward does not rise by more than δ"
 
 
 # ------------------------------------------------------------------------------- honesty
@@ -193,7 +194,7 @@ def test_the_mechanism_measurement_heads_the_report():
     lines = rp.mechanism_lines({"sentiment": measured, "imdb": {"not_measured": "user model"}})
     text = rp.render(runs({"ppo": ppo_fast, "cory": cory_slow_efficient}), preamble=lines)
     assert text.index("Cross-role transfer") < text.index("## The paper's claims")
-    assert "cannot be tested on this model" in text and "imdb**: not measured" in text
+    assert "does not hold on this model" in text and "imdb**: not measured" in text
 
 
 def test_eta_sweep_records_make_a_pareto_plot_per_task(tmp_path):
@@ -220,13 +221,24 @@ def test_intervals_frontiers_and_trends_match_hand_values():
     assert st.smooth([0, 3, 6, 3]).tolist() == [1.5, 3, 4, 4.5]
     kl, r = [0, 1, 2, 4], [0, 1, 0.5, 3]
     assert st.reward_at_kl(kl, r, 1.5) == 1.0  # running max: the dip at KL 2 does not count
-    assert st.reward_at_kl(kl, r, 0.25) == 0.5 and st.kl_at_reward(kl, r, 0.5) == 0.25
-    # between observed KLs 2 and 4, reward is linear in log-KL (in sqrt(KL) from KL 0)
-    assert st.reward_at_kl(kl, r, 3) == pytest.approx(1 + 2 * math.log(1.5) / math.log(2))
-    assert math.isnan(st.reward_at_kl(kl, r, 5))
-    assert st.kl_at_reward(kl, r, 2) == pytest.approx(
-        math.sqrt(8))  # halfway between 2 and 4 in log-KL
-    assert math.isnan(st.kl_at_reward(kl, r, 4))
+    assert [st.reward_at_kl(kl, r, k) for k in kl] == [0, 1, 1, 3]  # exact at the points
+    assert math.isnan(st.reward_at_kl(kl, r, 5)) and math.isnan(st.kl_at_reward(kl, r, 4))
+    # between points: the monotone cubic (PCHIP) in sqrt(KL). Nodes x = 0, 1, sqrt 2, 2 with
+    # y = 0, 1, 1, 3; on [sqrt 2, 2] the slopes are 0 (flat side) and the end's 3-point value
+    h, m = 2 - math.sqrt(2), 2 / (2 - math.sqrt(2))
+    h0, d0 = math.sqrt(2) - 1, 0.0
+    end = ((2 * h + h0) * m - h * d0) / (h + h0)  # scipy's one-sided end derivative
+    end = 3 * m if end * m > 0 and abs(end) > abs(3 * m) else end
+    t = (math.sqrt(3) - math.sqrt(2)) / h  # KL 3
+    hermite = (-2 * t ** 3 + 3 * t ** 2) * 2 + (t ** 3 - t ** 2) * h * end + 1
+    assert st.reward_at_kl(kl, r, 3) == pytest.approx(hermite, rel=1e-9)
+    for target in (0.3, 0.9, 1.0, 2.0, 2.9):  # the KL for a reward is the exact inverse
+        assert st.reward_at_kl(kl, r, st.kl_at_reward(kl, r, target)) == pytest.approx(target)
+    assert st.kl_at_reward(kl, r, 1.0) == 1.0  # first reached at KL 1, not on the flat
+    # a frontier linear in sqrt(KL) is read exactly however sparsely it is sampled
+    for step in (0.5, 2.0):
+        ks = np.arange(0, 16.01, step) ** 2 / 16
+        assert st.reward_at_kl(ks, 0.3 * np.sqrt(ks), 2.2) == pytest.approx(0.3 * math.sqrt(2.2))
     assert st.change([0, 1, 2], [1, 3, 5]) == pytest.approx(4)
 
 
@@ -306,7 +318,7 @@ def test_did_not_learn_is_measured_from_the_base_models_own_point():
         r = np.concatenate([[1.0], np.linspace(0.0, 0.6, len(X) - 1)]) + 0.01 * s
         return r, 9 * X
     c = claim(runs({"ppo": dips, "cory": cory_slow_efficient}), "(1a)")
-    assert c.status == cl.INCONCLUSIVE and "ppo did not learn" in c.reason
+    assert c.status == cl.INCONCLUSIVE and "ppo did not learn: its mean alone reward" in c.reason
 
 
 def test_a_two_point_run_calls_every_claim_inconclusive_with_a_reason():
@@ -330,3 +342,158 @@ def test_a_seed_still_running_is_left_out_not_read_as_too_few_points():
     data.evals += alone_rows("ppo", 3, *ppo_fast(3))
     c = claim(data, "(1a)")
     assert c.status == cl.SUPPORTED and c.intervals["value"].n == 3
+
+
+# ------------------------------------------------------------------------------- second audit
+def trend(late, s):
+    """Rises by 0.5 to the fourth point, then changes by about `late` over the second half."""
+    up = np.minimum(X / X[3], 1.0) * 0.5
+    slope = late / 0.5 * (1 + 0.04 * (s - 1))
+    return 0.2 + up + slope * np.maximum(X - X[3], 0) + 0.01 * s, 5 * X + 0.1 * s
+
+
+def claim_2(ppo_late, cory_late):
+    """Claim (2) on an exact-match task with the two second-half changes."""
+    return claim(runs({"ppo": lambda s: trend(ppo_late, s), "cory": lambda s: trend(cory_late, s)},
+                      task="arithmetic"), "(2)")
+
+
+def test_claim_2_needs_ppo_to_decline_and_cory_not_to():
+    c = claim_2(+0.05, +0.35)  # PPO never declines: one contrast called this supported
+    assert c.status == cl.CONTRADICTED
+    assert c.reason == "PPO's reward does not decline by more than δ"
+    c = claim_2(-0.5, -0.3)  # CORY declines too
+    assert c.status == cl.CONTRADICTED and c.reason == "CORY's reward declines by more than δ"
+    c = claim_2(-0.15, -0.08)  # PPO falls by more than δ = 0.1, CORY by less: both parts hold
+    assert c.status == cl.SUPPORTED, c.line()
+    assert "PPO -0.1" in c.numbers and "(falls)" in c.numbers and "(negligible)" in c.numbers
+    assert c.p_for == max(c.intervals["ppo"].p_below(-0.1), c.intervals["cory"].p_above(-0.1))
+
+
+def test_claim_2_reads_one_change_the_same_way_for_both_methods():
+    """The earliest rule (PPO's change below 0, CORY's above −δ) called one negligible drift a
+    decline for PPO and stability for CORY; one threshold, −δ, reads it the same for both."""
+    c = claim_2(-0.05, -0.05)
+    assert c.status == cl.CONTRADICTED
+    assert c.reason == "PPO's reward does not decline by more than δ"
+    assert c.numbers.count("(negligible)") == 2
+
+
+def test_claim_2_inconclusive_names_the_undecided_part():
+    noisy = lambda s: trend(-0.1 + 0.08 * (s - 1), s)  # noqa: E731  PPO's change straddles −δ
+    c = claim(runs({"ppo": noisy, "cory": lambda s: trend(0.2, s)}, task="arithmetic"), "(2)")
+    assert c.status == cl.INCONCLUSIVE
+    assert c.reason.startswith("whether PPO's reward declines by more than δ is undecided")
+    assert "CORY's reward does not decline by more than δ" in c.reason
+
+
+def test_claim_4_needs_cory_to_rise_as_worded():
+    """CORY 2.5x as KL-efficient as PPO, but its combined reward falls (PPO's falls more): the
+    contrast alone called "CORY's rises while PPO's falls" supported."""
+    def ppo(s):
+        return 2 * np.sqrt(X) + 0.01 * s, 20 * X + 0.05 * s
+
+    def cory(s):
+        return 2 * np.sqrt(X) + 0.01 * s, 8 * X + 0.03 * s
+
+    data = runs({"ppo": ppo, "cory": cory})
+    c = claim(data, "(4)")
+    assert c.intervals["cory"].below(-0.5) and c.intervals["ppo"].mean < c.intervals["cory"].mean
+    assert c.status == cl.CONTRADICTED
+    assert c.reason == "CORY's combined reward does not rise by more than δ"
+
+
+def on_one_frontier(speed, shape=lambda k: 1 - np.exp(-k / 2)):
+    """A method walking the frontier reward = shape(KL) at a speed, with no noise."""
+    def make(s):
+        kl = 4 * speed * X * (1 + 0.01 * s)
+        return shape(kl), kl
+    return make
+
+
+@pytest.mark.parametrize("shape", [lambda k: 1 - np.exp(-k / 2), lambda k: np.log1p(k),
+                                   lambda k: k / (k + 1), np.sqrt])
+def test_one_frontier_at_two_speeds_gives_no_verdict_on_the_frontier_claims(shape):
+    """CORY walks PPO's own frontier at half its speed: no method is better, so (1b) and (3)
+    must not call one better (the zero threshold did, on interpolation artefacts)."""
+    data = runs({"ppo": on_one_frontier(1.0, shape), "cory": on_one_frontier(0.5, shape),
+                 "cory-no-kt": on_one_frontier(1.0, shape),
+                 "cory-no-re": on_one_frontier(0.25, shape)})
+    c1b = claim(data, "(1b)")
+    assert c1b.status == cl.INCONCLUSIVE and "within ±δ" in c1b.reason, c1b.line()
+    assert abs(c1b.intervals["value"].mean) < 0.01
+    c3 = claim(data, "(3)")
+    assert c3.status == cl.INCONCLUSIVE and "negligible" in c3.reason, c3.line()
+    assert abs(c3.intervals["value"].mean) < 0.04  # within 4%; the margin is 10%
+    c1a = claim(data, "(1a)")  # KL ratio 1 at matched reward: clearly not twice
+    assert c1a.status == cl.CONTRADICTED and abs(c1a.intervals["value"].mean) < 0.06
+
+
+def test_exactly_twice_the_kl_is_neither_supported_nor_contradicted():
+    def cory(s):
+        r, kl = on_one_frontier(1.0)(s)
+        return r, kl / 2
+    c = claim(runs({"ppo": on_one_frontier(1.0), "cory": cory}), "(1a)")
+    assert c.status == cl.INCONCLUSIVE and "within 2× ×/÷ 1.1" in c.reason
+
+
+def test_a_seed_missing_a_point_is_named_beside_every_verdict_it_touches():
+    data = runs({"ppo": ppo_fast, "cory": cory_slow_efficient}, seeds=(0, 1, 2, 3, 4))
+    data.evals = [r for r in data.evals  # seed 3 of CORY lost its last evaluation point
+                  if not (r["method"] == "cory" and r["seed"] == 3 and r["iteration"] == 40)]
+    for c in cl.all_claims(data):
+        if c.name.startswith("(3)") or c.name.startswith("(2)"):
+            continue  # (3) and (2) were not run here
+        assert "seed 3 left out (cory has 10 of 11 evaluation points)" in c.line(), c.line()
+    assert claim(data, "(1a)").intervals["value"].n == 4
+    data.evals = [r for r in data.evals if not (r["method"] == "ppo" and r["seed"] == 4)]
+    assert "seed 4 left out (no ppo records)" in claim(data, "(1b)").line()
+
+
+def test_evaluation_noise_alone_does_not_pass_the_learning_gate():
+    """Flat rewards whose best smoothed point lies above the base in every seed: the old gate
+    (best point minus base) called that learning."""
+    wiggle = np.array([0, 0.06, -0.06, 0.06, 0.06, -0.06, -0.06, 0.06, -0.06, 0.06, -0.06])
+
+    def flat(s):
+        return 0.2 + np.r_[0, np.roll(wiggle[1:], s)], 9 * X + 0.05 * s
+
+    data = runs({"ppo": flat, "cory": cory_slow_efficient})
+    inp = cl.gather(data, "sentiment", None, ["ppo", "cory"])
+    assert inp.best["ppo"].above(0)  # what the old gate read
+    c = claim(data, "(1a)")
+    assert c.status == cl.INCONCLUSIVE and "ppo did not learn measurably" in c.reason
+
+
+def test_a_real_but_unproven_gain_is_not_worded_as_absence():
+    gains = {0: 0.76, 1: 2.02, 2: 0.79}
+
+    def ppo(s):  # each seed gains, but 3 seeds cannot show the mean above 0 at 95%
+        return np.r_[0.0, np.full(len(X) - 1, gains[s])], 9 * X + 0.05 * s
+
+    c = claim(runs({"ppo": ppo, "cory": cory_slow_efficient}), "(1a)")
+    assert c.status == cl.INCONCLUSIVE
+    assert "ppo's learning is not shown at 3 seeds" in c.reason
+    assert "per seed +0.76, +2.02, +0.79" in c.reason and "did not learn:" not in c.reason
+
+
+def test_claim_1s_margin_comes_from_the_methods_it_compares():
+    data = runs({"ppo": ppo_fast, "cory": cory_slow_efficient})
+    before = claim(data, "(1) ").numbers
+    wide = runs({"ppo": ppo_fast, "cory": cory_slow_efficient,
+                 "ppo-2x": lambda s: (10 * X, 9 * X)})
+    assert claim(wide, "(1) ").numbers == before  # an exploratory arm changes no pre-stated test
+
+
+def test_an_absent_mechanism_and_a_verdict_on_the_model_say_the_same():
+    from agents.refmodels.transfer import MEANING
+
+    data = runs({"ppo": ppo_fast, "cory": cory_slow_efficient})
+    rows = [{"alone_base": 0.0, "alone_ppo": p, "alone_observer_only": o, "observer_base": 0.0,
+             "observer_pioneer_only": 1.0, "observer_observer_only": 1.0}
+            for p, o in ((1.0, 0.1), (1.1, 0.05), (0.9, 0.08))]
+    data.mechanism = {"sentiment": {"cross_role": {"per_seed": rows}}}
+    c = claim(data, "(1a)")
+    assert c.status == cl.SUPPORTED and "mechanism: absent" in c.line()
+    assert "cannot be tested" not in MEANING["absent"]
+    assert "still tested" in MEANING["absent"]
