@@ -276,6 +276,14 @@ def tested(name: str, numbers: str, inp: Inputs, p_for: float, p_against: float,
     return claim
 
 
+def short(p_against: float, parts: int) -> str:
+    """"" when a part's refutation p is below what contradicting a claim of `parts` parts
+    needs, else the words that say it is shown at 95% only."""
+    level = ALPHA / 2 / parts
+    return "" if p_against < level else (f" (at 95%, short of the one-sided {100 * level:.2g}% "
+                                         f"a claim of {parts} parts needs)")
+
+
 @dataclass(frozen=True)
 class Side:
     """One directional test with a margin: the effect `iv` is for the claim above `high` and
@@ -299,10 +307,14 @@ class Side:
         """One-sided p of the other side."""
         return self.iv.p_below(self.low) if self.above else self.iv.p_above(self.high)
 
-    def state(self) -> str:
-        """What the 95% interval shows: the claim's side, the other, or neither."""
-        return (self.says if self.p_for < ALPHA / 2 else
-                self.denies if self.p_against < ALPHA / 2 else self.between)
+    def state(self, parts: int = 1) -> str:
+        """What the interval shows: the claim's side (at 95%), the other (at the level a
+        contradiction of a claim of `parts` parts needs), or neither."""
+        if self.p_for < ALPHA / 2:
+            return self.says
+        if self.p_against < ALPHA / 2:
+            return self.denies + short(self.p_against, parts)
+        return self.between
 
 
 def sided(name: str, numbers: str, inp: Inputs, side: Side, shown: str, size: str) -> Claim:
@@ -317,8 +329,9 @@ def parts(name: str, numbers: str, inp: Inputs, sides: dict[str, Side], shown: s
     parts); each reason names the parts that carry it."""
     p_for = max(s.p_for for s in sides.values())
     p_against = min(1.0, len(sides) * min(s.p_against for s in sides.values()))
-    against = "; ".join(s.denies for s in sides.values() if s.p_against < ALPHA / 2)
-    undecided = "; ".join(s.state() for s in sides.values())
+    k = len(sides)
+    against = "; ".join(s.denies for s in sides.values() if s.p_against < ALPHA / 2 / k)
+    undecided = "; ".join(s.state(k) for s in sides.values())
     return tested(name, numbers, inp, p_for, p_against, {k: s.iv for k, s in sides.items()},
                   {k: s.iv for k, s in sides.items()}, shown, against, undecided)
 
@@ -383,16 +396,16 @@ def claim_efficiency(data: RunData, task: str, eta) -> Claim:
     p_for = max(p_equal, ratio.p_above(lk + KL_MARGIN))  # both parts must hold
     apart, below = min(gap.p_below(-d), gap.p_above(d)), ratio.p_below(lk - KL_MARGIN)
     p_against = min(1.0, 3 * min(apart, below))
-    numbers = (f"Final reward CORY − PPO {gap} (equivalent within ±{d:.3g}, 10% of the reward "
-               f"scale {inp.scale:.3g}); KL_PPO / KL_CORY at the final point {ratio_text(ratio)}"
+    numbers = (f"Final reward CORY − PPO {gap} (tested for equivalence within ±δ = {d:.3g}, 10% "
+               f"of the reward scale {inp.scale:.3g}); KL_PPO / KL_CORY at the final point {ratio_text(ratio)}"
                f" (threshold {KL_RATIO:g}× ×/÷ {math.exp(KL_MARGIN):.3g}). Mean gains over the "
                f"base: PPO {inp.gains['ppo']}, CORY {inp.gains['cory']}.")
     against = ("the final rewards differ by more than ±δ" if apart < below else  # the evidence
                f"the KL ratio is below {KL_RATIO:g}×")
     reward = ("the final rewards are equivalent within ±δ" if p_equal < ALPHA / 2 else
-              "the final rewards differ by more than ±δ" if apart < ALPHA / 2 else
-              "whether the final rewards are within ±δ is undecided")
-    kl = kl_side(ratio, lk, "PPO", "CORY").state()
+              "the final rewards differ by more than ±δ" + short(apart, 3) if apart < ALPHA / 2
+              else "whether the final rewards are within ±δ is undecided")
+    kl = kl_side(ratio, lk, "PPO", "CORY").state(parts=3)
     return tested(name, numbers, inp, p_for, p_against, {"reward_gap": gap, "log_kl_ratio": ratio},
                   {"reward gap": gap, "log KL ratio": ratio},
                   f"±{d:.3g} and {KL_RATIO:g}×", against, f"{reward}; {kl}")

@@ -103,7 +103,7 @@ def arms_table(data: RunData, task: str, eta) -> list[str]:
     if "ppo" not in methods or len(methods) < 2:
         return []
     lines = ["| method | KL_PPO / KL_method at matched reward | reward_method − reward_PPO at "
-             "matched KL | best gain over the base |", "|---|---|---|---|"]
+             "matched KL | mean gain over the base (the learning gate) |", "|---|---|---|---|"]
     for m in methods:
         if m == "ppo":
             continue

@@ -35,6 +35,18 @@ def role_names(n_agents: int) -> tuple[str, ...]:
     return ("pioneer", *(f"observer_{k}" for k in range(1, n_agents)))
 
 
+def leading_ids(tokenizer) -> list[int]:
+    """The special tokens the tokenizer puts before any text when asked to add its special
+    tokens (BOS where it declares one; none for most): every prompt starts with them once."""
+    probe = "a"
+    full = tokenizer.encode(probe, add_special_tokens=True)
+    plain = tokenizer.encode(probe, add_special_tokens=False)
+    for i in range(len(full) - len(plain) + 1):
+        if full[i:i + len(plain)] == plain:
+            return list(full[:i])
+    return []
+
+
 class TemplateRenderer:
     """Turns a template plus per-episode query/response ids into right-aligned prompt rows.
 
@@ -42,6 +54,7 @@ class TemplateRenderer:
     """
 
     def __init__(self, template, tokenizer, position: int = 1):
+        self.lead = np.asarray(leading_ids(tokenizer), dtype=np.int64)
         self.pieces: list[str | int | np.ndarray] = []
         for piece in template.pieces():
             earlier = slot_position(piece, position)
@@ -57,8 +70,8 @@ class TemplateRenderer:
                 self.pieces.append(np.asarray(ids, dtype=np.int64))
 
     def static_len(self) -> int:
-        """Tokens of the template's static text."""
-        return sum(len(p) for p in self.pieces if isinstance(p, np.ndarray))
+        """Tokens of the template's static text, the tokenizer's leading tokens included."""
+        return len(self.lead) + sum(len(p) for p in self.pieces if isinstance(p, np.ndarray))
 
     def count(self, kind) -> int:
         """How many query pieces (kind=str) or earlier answers (kind=int) the template has."""
@@ -66,7 +79,24 @@ class TemplateRenderer:
 
     def render(self, q_ids, q_len, answers, width: int, pad: int):
         """Return (ids (B,width), mask (B,width), dropped (B,)) with prompts right-aligned;
-        `answers` holds the (ids (B, n), lengths (B,)) of the earlier positions."""
+        `answers` holds the (ids (B, n), lengths (B,)) of the earlier positions. The
+        tokenizer's leading tokens (BOS where it declares one) start every prompt, also one
+        cut on the left to fit."""
+        m = len(self.lead)
+        if not m:
+            return self._render_body(q_ids, q_len, answers, width, pad)
+        body, body_mask, dropped = self._render_body(q_ids, q_len, answers, width - m, pad)
+        out = np.full((len(body), width), pad, dtype=np.int64)
+        mask = np.zeros((len(body), width), dtype=np.int8)
+        out[:, m:], mask[:, m:] = body, body_mask
+        start = (width - m) - body_mask.sum(axis=1).astype(np.int64)  # first column of the lead
+        cols = start[:, None] + np.arange(m)[None, :]
+        rows = np.arange(len(body))[:, None]
+        out[rows, cols], mask[rows, cols] = self.lead[None, :], 1
+        return out, mask, dropped
+
+    def _render_body(self, q_ids, q_len, answers, width: int, pad: int):
+        """`render` without the leading tokens."""
         batch = len(q_len)
         if batch == 1:
             return self._render_one(q_ids[0, : q_len[0]],

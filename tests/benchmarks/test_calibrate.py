@@ -39,9 +39,9 @@ def test_a_strong_alternative_is_found_and_the_rates_are_reproducible():
 
 
 def test_a_written_replicate_is_a_run_folder_the_report_reads(tmp_path):
-    from benchmarks.report import write_report
-
     import numpy as np
+
+    from benchmarks.report import write_report
 
     cb.write_folder(tmp_path, cb.records(cb.WORLDS[0], 3, np.random.default_rng(0)))
     text = write_report(tmp_path).read_text()
