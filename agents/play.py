@@ -12,6 +12,7 @@ weights), through the training rollout; nothing is trained or written.
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 import textwrap
 
@@ -25,7 +26,7 @@ from .llm.policy import LLMPolicy
 from .llm.rollout import rollout
 from .training.cli import key_values
 
-STUDY = ("python -m benchmarks.run --model smollm2-135m --tasks reviews --methods ppo,cory "
+STUDY = ("python -m benchmarks.run --model {model} --tasks {task} --methods ppo,cory "
          "--quick   # PPO vs CORY on this model")
 
 
@@ -115,7 +116,7 @@ def main(argv=None) -> int:
         for role in ("pioneer", "observer"):
             text = textwrap.shorten(repr(ep[role]), 110)
             print(f"{role + ':':<9} {text}  reward {ep[role + '_reward']:+.2f}")
-    print(f"\nnext: {STUDY}")
+    print("\nnext: " + STUDY.format(model=shlex.quote(args.model), task=args.task))
     return 0
 
 

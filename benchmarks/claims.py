@@ -397,9 +397,9 @@ def claim_efficiency(data: RunData, task: str, eta) -> Claim:
     apart, below = min(gap.p_below(-d), gap.p_above(d)), ratio.p_below(lk - KL_MARGIN)
     p_against = min(1.0, 3 * min(apart, below))
     numbers = (f"Final reward CORY − PPO {gap} (tested for equivalence within ±δ = {d:.3g}, 10% "
-               f"of the reward scale {inp.scale:.3g}); KL_PPO / KL_CORY at the final point {ratio_text(ratio)}"
-               f" (threshold {KL_RATIO:g}× ×/÷ {math.exp(KL_MARGIN):.3g}). Mean gains over the "
-               f"base: PPO {inp.gains['ppo']}, CORY {inp.gains['cory']}.")
+               f"of the reward scale {inp.scale:.3g}); KL_PPO / KL_CORY at the final point "
+               f"{ratio_text(ratio)} (threshold {KL_RATIO:g}× ×/÷ {math.exp(KL_MARGIN):.3g}). "
+               f"Mean gains over the base: PPO {inp.gains['ppo']}, CORY {inp.gains['cory']}.")
     against = ("the final rewards differ by more than ±δ" if apart < below else  # the evidence
                f"the KL ratio is below {KL_RATIO:g}×")
     reward = ("the final rewards are equivalent within ±δ" if p_equal < ALPHA / 2 else

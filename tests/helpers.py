@@ -146,12 +146,12 @@ def mechanism_measurement() -> dict:
 
 def write_tiny_gemma3_gguf(path, hidden: int = 32, layers: int = 2, seed: int = 0) -> str:
     """A tiny random Gemma 3 as a GGUF file, laid out as Gemma 3 270M's: a SentencePiece
-    vocabulary (<pad> 0, <eos> 1, <bos> 2, <unk> 3, byte fallback) whose tokenizer adds BOS,
+    vocabulary (<pad> 0, <eos> 1, <bos> 2, <unk> 3, <mask> 4, byte fallback) that adds BOS,
     tied embeddings, q/k norms, sliding-window and full attention layers."""
     import gguf
 
     rng = np.random.default_rng(seed)
-    specials = ["<pad>", "<eos>", "<bos>", "<unk>"]
+    specials = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"]
     pieces = ["▁", *"abcdefghijklmnopqrstuvwxyz", "▁the", "▁movie", "▁was", "▁good", "▁bad",
               "▁I", "▁it", ".", ",", ":", '"']
     tokens = specials + [f"<0x{b:02X}>" for b in range(256)] + pieces

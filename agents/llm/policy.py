@@ -49,6 +49,7 @@ from cory_env.files import atomic_dir
 
 from . import loading, speed
 from .kvcache import growing_cache
+from .logits import token_logprobs
 from .loading import LoraSettings, cache_kwarg, check_4bit, load_lm, lora_config
 from .sampling import SamplingConfig, Step, draw, first_seen, transform_logits
 from .speed import check_mixed_precision, trim_left_padding
@@ -77,6 +78,7 @@ class Evaluation:
     values: torch.Tensor
     entropy: torch.Tensor  # of the raw (untransformed) policy
     logsoftmax: torch.Tensor | None = None  # (B, T, V) raw, when asked for
+    logits: torch.Tensor | None = None  # (B, T, V) raw, the head's dtype, when asked for
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -331,22 +333,40 @@ class LLMPolicy(nn.Module):
         return self._logits(self.hf_model, h), self.value_head(h.float()).squeeze(-1)
 
     def _logits(self, hf: nn.Module, h: torch.Tensor) -> torch.Tensor:
-        """`hf`'s LM head on h, float32. Under bf16 autocast a frozen float32 head (tied to the
-        embeddings) multiplies by a cached bf16 copy of its weight: the numbers autocast would
-        cast it to on every call (28M weights a call for SmolLM2), cast once."""
+        """`hf`'s LM head on h, float32 (soft-capped where the model's config says so)."""
+        return self._head_output(hf, h).float()
+
+    def _head_output(self, hf: nn.Module, h: torch.Tensor) -> torch.Tensor:
+        """`hf`'s LM head on h in the matmul's dtype (float32 once soft-capped)."""
+        z = F.linear(*self._head_operands(hf, h))
+        cap = getattr(hf.config, "final_logit_softcapping", None)
+        return torch.tanh(z.float() / cap) * cap if cap else z
+
+    def _head_operands(self, hf: nn.Module, h: torch.Tensor):
+        """(input, weight, bias) of `hf`'s LM head in the dtype its matmul runs in: bf16 under
+        bf16 autocast, where a frozen float32 head (tied to the embeddings) uses a cached bf16
+        copy of its weight (the numbers autocast would cast it to on every call, cast once:
+        28M weights a call for SmolLM2)."""
         head = hf.get_output_embeddings()
-        w = head.weight
-        if self.amp_dtype != torch.bfloat16 or w.requires_grad or w.dtype != torch.float32:
-            with self.autocast():
-                return head(h).float()
+        w, b = head.weight, head.bias
+        if self.amp_dtype is None:
+            return h, w, b
+        dt = self.amp_dtype
+        if dt != torch.bfloat16 or w.requires_grad or w.dtype != torch.float32:
+            return h.to(dt), w.to(dt), None if b is None else b.to(dt)
         cache = self.__dict__.setdefault("_bf16_heads", {})
         hit = cache.get(id(w))
         if hit is None or hit[0] is not w or hit[1] != w._version:
             with torch.inference_mode(False), torch.no_grad():  # usable by passes with grad
-                bias = None if head.bias is None else head.bias.to(torch.bfloat16)
+                bias = None if b is None else b.to(torch.bfloat16)
                 hit = cache[id(w)] = (w, w._version, w.to(torch.bfloat16), bias)
-        with self.autocast():  # the same bf16 matmul autocast runs
-            return F.linear(h.to(torch.bfloat16), hit[2], hit[3]).float()
+        return h.to(torch.bfloat16), hit[2], hit[3]
+
+    def _fused_head(self, hf: nn.Module) -> bool:
+        """Whether the blockwise log-prob path (`agents.llm.logits`) computes this head: a
+        plain linear head without soft-capping."""
+        return (isinstance(hf.get_output_embeddings(), nn.Linear)
+                and not getattr(hf.config, "final_logit_softcapping", None))
 
     def forward(self, input_ids, attention_mask, past_key_values=None, position_ids=None):
         """Full pass -> (logits (B, L, V) float32, values (B, L), cache or None).
@@ -424,8 +444,9 @@ class LLMPolicy(nn.Module):
 
     def evaluate(self, input_ids, attention_mask, n_response: int,
                  sampling: SamplingConfig | None = None,
-                 return_logsoftmax: bool = False) -> Evaluation:
-        """Recompute (with grad) log-probs, raw log-probs, values and entropy of the last T tokens.
+                 return_logsoftmax: bool = False, return_logits: bool = False) -> Evaluation:
+        """Recompute (with grad) log-probs, raw log-probs, values and entropy of the last T tokens
+        (and the raw log-softmax or logits when asked for).
 
         Outputs at masked response positions are 0 (their tokens are padding); mask them out.
         """
@@ -433,10 +454,20 @@ class LLMPolicy(nn.Module):
         T = n_response
         input_ids, attention_mask = trim_left_padding(input_ids, attention_mask, T + 1)
         h, _ = self._hidden(self.hf_model, input_ids, attention_mask)
-        logits, values = self._heads(h[:, -T - 1:-1])  # position t-1 predicts response token t
-        raw = F.log_softmax(logits, dim=-1)
         tokens = input_ids[:, -T:, None]
         real = attention_mask[:, -T:].bool()
+        zero = torch.zeros((), device=h.device)
+        plain = sampling is None or sampling.is_identity
+        if plain and not return_logsoftmax and self._fused_head(self.hf_model):
+            hs = h[:, -T - 1:-1].contiguous()  # position t-1 predicts response token t
+            raw_lp, entropy, z = token_logprobs(*self._head_operands(self.hf_model, hs),
+                                                tokens[..., 0], logits=True)
+            raw_lp = torch.where(real, raw_lp, zero)
+            return Evaluation(logprobs=raw_lp, raw_logprobs=raw_lp, entropy=entropy,
+                              values=self.value_head(hs.float()).squeeze(-1),
+                              logits=z if return_logits else None)
+        logits, values = self._heads(h[:, -T - 1:-1])
+        raw = F.log_softmax(logits, dim=-1)
         raw_lp = raw.gather(-1, tokens).squeeze(-1)
         if sampling is None or sampling.is_identity:
             logp = raw_lp
@@ -449,11 +480,11 @@ class LLMPolicy(nn.Module):
             logp = F.log_softmax(transform_logits(logits, seen, sampling), -1)
             logp = logp.gather(-1, tokens).squeeze(-1)
         entropy = -(raw.exp() * raw).sum(-1)
-        zero = torch.zeros((), device=raw.device)
         return Evaluation(logprobs=torch.where(real, logp, zero),
                           raw_logprobs=torch.where(real, raw_lp, zero),
                           values=values, entropy=entropy,
-                          logsoftmax=raw if return_logsoftmax else None)
+                          logsoftmax=raw if return_logsoftmax else None,
+                          logits=logits if return_logits else None)
 
     def values(self, input_ids, attention_mask) -> torch.Tensor:
         """Values (B, L) float32 at every position, without the LM head (a critic's pass)."""
@@ -467,6 +498,14 @@ class LLMPolicy(nn.Module):
     def reference_logsoftmax(self, input_ids, attention_mask, n_response: int,
                              chunk_size: int = 32) -> torch.Tensor:
         """No-grad reference log-softmax (B, T, V) of the last T tokens, chunked over the batch."""
+        with torch.no_grad():
+            return F.log_softmax(self.reference_logits(input_ids, attention_mask, n_response,
+                                                       chunk_size).float(), dim=-1)
+
+    def reference_logits(self, input_ids, attention_mask, n_response: int,
+                         chunk_size: int = 32) -> torch.Tensor:
+        """No-grad reference logits (B, T, V) of the last T tokens in the head's dtype (bf16
+        under bf16 autocast), chunked over the batch."""
         if not self.has_reference:
             raise RuntimeError("this policy has no reference model (reference=None)")
         T = n_response
@@ -484,9 +523,8 @@ class LLMPolicy(nn.Module):
                                                       attention_mask[i:i + chunk_size], T + 1)
                         h, _ = self._hidden(hf, ids, mask)
                         # contiguous, as in _heads: the same kernels
-                        logits = self._logits(hf, h[:, -T - 1:-1].contiguous())
-                    with torch.no_grad():  # outside inference mode: a normal tensor for losses
-                        out.append(F.log_softmax(logits, dim=-1))
+                        z = self._head_output(hf, h[:, -T - 1:-1].contiguous())
+                    out.append(z.clone())  # outside inference mode: a normal tensor for losses
         finally:
             self._restore_grad()
         return torch.cat(out, dim=0)

