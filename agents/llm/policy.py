@@ -49,8 +49,8 @@ from cory_env.files import atomic_dir
 
 from . import loading, speed
 from .kvcache import growing_cache
-from .logits import token_logprobs
 from .loading import LoraSettings, cache_kwarg, check_4bit, load_lm, lora_config
+from .logits import token_logprobs
 from .sampling import SamplingConfig, Step, draw, first_seen, transform_logits
 from .speed import check_mixed_precision, trim_left_padding
 
