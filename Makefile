@@ -23,10 +23,12 @@ install: $(STAMP)
 
 # The offline demo on a real model: SmolLM2-135M playing both roles, then PPO vs CORY on
 # reviews, one seed x 30 iterations (about 10 minutes on 2 cores), with a report and plots.
+# MODEL=gemma3-270m: the same on Gemma 3 270M base (about twice as long).
+MODEL ?= smollm2-135m
 demo: $(STAMP)
-	$(BIN)/python -m agents.play --episodes 3
-	$(BIN)/python -m benchmarks.run --preset real-demo   # prints where report.md and the plots are
-	@echo "More seeds (the claims need 3+): $(BIN)/python -m benchmarks.run --preset real-demo --seeds 0,1,2,3,4"
+	$(BIN)/python -m agents.play --episodes 3 --model $(MODEL)
+	$(BIN)/python -m benchmarks.run --preset real-demo --model $(MODEL)   # prints where report.md and the plots are
+	@echo "More seeds (the claims need 3+): $(BIN)/python -m benchmarks.run --preset real-demo --model $(MODEL) --seeds 0,1,2,3,4"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q tests

@@ -21,6 +21,7 @@ import torch
 from cory_env import BatchedCoryEnv, make_task, registered_tasks
 from cory_env.plugins import load_plugins
 from cory_env.pretrained import PRETRAINED, check_model, model_source, resolve_model
+from cory_env.tasks.base import unknown_task
 
 from .llm.policy import LLMPolicy
 from .llm.rollout import rollout
@@ -91,11 +92,12 @@ def main(argv=None) -> int:
         load_plugins(args.imports)
         check_model(args.model)
         if args.task not in registered_tasks():
-            raise ValueError(f"unknown task {args.task!r}; registered: {registered_tasks()}")
+            raise ValueError(unknown_task(args.task))
         make_task(args.task, **args.task_options)  # its options, checked before loading
-        for name in ("episodes", "samples"):
-            if getattr(args, name) < 1:
-                raise ValueError(f"--{name} must be positive, got {getattr(args, name)}")
+        for name in ("episodes", "samples", "max_new_tokens"):
+            value = getattr(args, name)
+            if value is not None and value < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be positive, got {value}")
     except (TypeError, ValueError) as err:
         p.error(str(err))
     if args.alone:

@@ -51,7 +51,15 @@ import numpy as np
 from agents.training.stats import ALPHA, detectable_effect, holm
 
 from .records import RunData, Trajectory
-from .stats import Interval, change, common_range, kl_at_reward, mean_interval, reward_at_kl
+from .stats import (
+    Interval,
+    change,
+    common_range,
+    envelope,
+    kl_at_reward,
+    mean_interval,
+    reward_at_kl,
+)
 
 SUPPORTED, CONTRADICTED, INCONCLUSIVE = "supported", "contradicted", "inconclusive"
 ABLATIONS = ("cory-no-kt", "cory-no-re")
@@ -214,6 +222,22 @@ def kl_levels(curves: list[Trajectory]) -> list[float]:
     """LEVELS of the KL range every curve observed (none when they share none)."""
     lo, hi = common_range([(t.kl, t.reward) for t in curves], "kl")
     return [min(lo + f * (hi - lo), hi) for f in LEVELS] if hi > lo else []
+
+
+SLIVER = 0.25  # a matched range under this share of the widest seed's own range is a sliver
+
+
+def sliver(curves: list[Trajectory], axis: str) -> str:
+    """A note when the range every curve shares is a sliver of the widest curve's own range
+    (the figure then rests on little of what the methods covered), else ""."""
+    lo, hi = common_range([(t.kl, t.reward) for t in curves], axis)
+    own = [(r[-1] - r[0]) if axis == "reward" else (k[-1] - k[0])
+           for k, r in (envelope(t.kl, t.reward) for t in curves)]
+    widest = max(own, default=0.0)
+    if not hi > lo or not widest > 0 or (hi - lo) / widest >= SLIVER:
+        return ""
+    return (f" The shared {axis} range is a sliver ({100 * (hi - lo) / widest:.0f}% of the "
+            f"widest seed's own): this figure rests on little overlap.")
 
 
 def log_kl_ratios(a: list[Trajectory], b: list[Trajectory], levels: list[float]) -> list[float]:
@@ -420,7 +444,8 @@ def claim_kl_at_reward(data: RunData, task: str, eta) -> Claim:
     iv, levels = matched_kl_ratio(inp.points("ppo"), inp.points("cory"))
     numbers = (f"KL_PPO / KL_CORY at rewards {_levels(levels)} (25-100% of the best-reward range"
                f" every seed observed): {ratio_text(iv)}; threshold {KL_RATIO:g}× ×/÷ "
-               f"{math.exp(KL_MARGIN):.3g}.")
+               f"{math.exp(KL_MARGIN):.3g}." + sliver(inp.points("ppo") + inp.points("cory"),
+                                                       "reward"))
     return matched(name, numbers, inp, kl_side(iv, math.log(KL_RATIO), "PPO", "CORY"), levels,
                    "reward")
 
@@ -435,7 +460,7 @@ def claim_reward_at_kl(data: RunData, task: str, eta) -> Claim:
     d = inp.delta
     numbers = (f"reward_CORY − reward_PPO at KL {_levels(budgets)} nats (25-100% of the KL range"
                f" every seed observed): {iv}; threshold ±δ = {d:.3g} (10% of the reward scale "
-               f"{inp.scale:.3g}).")
+               f"{inp.scale:.3g})." + sliver(inp.points("ppo") + inp.points("cory"), "kl"))
     between = ("the gap lies within ±δ: no meaningful difference" if iv.within(-d, d) else
                "the gap's interval reaches into ±δ")
     side = Side(iv, -d, d, "CORY's reward is higher by more than δ",
@@ -562,7 +587,8 @@ def mechanism_scope(data: RunData, task: str) -> str:
     from agents.refmodels.transfer import summarize
 
     s = summarize(m)
-    return f"mechanism: {s['verdict']}, cross-role transfer {s['ratio_text']}"
+    where = f" (measured on task {m['task']})" if m.get("task") not in (None, task) else ""
+    return f"mechanism{where}: {s['verdict']}, cross-role transfer {s['ratio_text']}"
 
 
 def all_claims(data: RunData) -> list[Claim]:

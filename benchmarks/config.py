@@ -23,12 +23,13 @@ from agents.learners.base import registered_methods, resolve_method
 from agents.training import cli
 from agents.training.checkpoint import config_differences, run_config
 from agents.training.train import TrainConfig, check_device, mini_batch_follows, upgrade_settings
-from cory_env import is_exact_match, registered_tasks
+from cory_env import is_exact_match, offline_model, registered_tasks
 from cory_env import task_options as cory_task_options
 from cory_env.checks import check_int
 from cory_env.config import meta
 from cory_env.files import looks_local
 from cory_env.plugins import load_plugins
+from cory_env.tasks.base import unknown_task
 
 from .presets import PRESETS
 
@@ -163,13 +164,19 @@ def validate_config(cfg: BenchConfig) -> None:
             raise ValueError(f"no {name}s given")
     for task in cfg.tasks:
         if task not in registered_tasks():
-            raise ValueError(f"unknown task {task!r}; known: {', '.join(registered_tasks())}")
+            raise ValueError(unknown_task(task))
     for m in cfg.methods:
         resolve_method(m)  # a ValueError naming an unknown method, structure or algorithm
     if not cfg.seeds:
         raise ValueError(f"seeds must be a non-empty list of integers, got {cfg.seeds!r}")
     for seed in cfg.seeds:
         check_int("each of seeds", seed)
+    for name in ("tasks", "methods", "seeds"):
+        values = getattr(cfg, name)
+        twice = sorted({str(v) for v in values if values.count(v) > 1})
+        if twice:
+            raise ValueError(f"{name} lists {', '.join(twice)} more than once ({values!r}): each "
+                             f"is run once; give it once")
     for name in ("eval_samples", "pass_k", "eval_batch_size", "final_window",
                  "checkpoint_every", "alone_queries"):
         _integer(name, getattr(cfg, name))
@@ -190,6 +197,9 @@ def validate_config(cfg: BenchConfig) -> None:
         model = cfg.model_for(task)
         if looks_local(model) and not Path(model).expanduser().exists():
             raise ValueError(f"model folder {model!r} (task {task}) does not exist")
+        if model is None and offline_model(task) is None and not cfg.train.models:
+            raise ValueError(f"task {task!r} has no offline reference LM: give a model "
+                             f"(--model, e.g. --model smollm2-135m)")
     _check_task_options(cfg)
     for spec in run_specs(cfg):
         train_config(cfg, spec).validate()
@@ -311,6 +321,27 @@ def check_resume(cfg: BenchConfig, saved: BenchConfig) -> None:
     if diff:
         raise ValueError("--resume with different settings than the run folder's "
                          "run_config.json: " + "; ".join(diff))
+
+
+def check_resume_flags(given: dict, saved: BenchConfig) -> None:
+    """Refuse settings typed with --resume that differ from the run folder's, naming each (a
+    setting typed with its saved value is fine). A run continues as it was set up: more
+    iterations, like any other change, are refused by name."""
+    unknown = unknown_settings(set(given) - {"preset", "quick"})
+    if unknown:
+        raise ValueError(f"unknown settings {unknown}")
+    diff = []
+    for name, value in given.items():
+        now = value if name in ("preset", "quick") else setting(with_settings(saved, **{
+            name: value}), name)
+        was = getattr(saved, name) if name in ("preset", "quick") else setting(saved, name)
+        if now != was:
+            diff.append(f"--{name.replace('_', '-')}: saved {was!r}, given {now!r}")
+    if diff:
+        hint = (" (a finished run is not extended: start a new run with more iterations)"
+                if "iterations" in given else "")
+        raise ValueError("--resume continues a run with the settings in its run_config.json; "
+                         "these differ: " + "; ".join(diff) + hint)
 
 
 def from_saved(data: dict) -> BenchConfig:

@@ -5,8 +5,8 @@ never touches a model. Conventions (printed in the report too):
 
 * A **final** value is the mean of the last ``window`` iterations of one seed's curve; tables
   show mean ± std over seeds (sample std, ddof=1; 0 for a single seed).
-* In-training numbers are per role; a two-agent method's models are also shown one by one
-  (LLM1 = ``llm_0``, LLM2 = ``llm_1``, as in the paper's plots).
+* In-training numbers are per role; a two-agent method's models are also shown one by one,
+  by agent name (``llm_0``, ``llm_1``: the paper's LLM1 and LLM2), in tables and plots alike.
 * A method's **alone trajectory** of a seed is its models' alone-evaluation points
   (``alone.jsonl``), averaged over its models at each point; the claims read these.
 """
@@ -245,9 +245,10 @@ class RunData:
         return float(etas[0]) if etas and etas[0] is not None else float("nan")
 
     def series(self, task: str, method: str, eta) -> list[tuple[str, dict]]:
-        """(label, match) of each model of a method, named as in the paper's plots."""
+        """(label, match) of each model of a method, named by its agent (llm_0, llm_1, ...) as
+        in every table and plot."""
         if not self.two_agent(task, method):
             return [(method, {"task": task, "method": method, "sweep_eta": eta})]
-        return [(f"{method} LLM{i + 1}", {"task": task, "method": method, "sweep_eta": eta,
-                                          "agent": a})
-                for i, a in enumerate(self.agents(task, method))]
+        return [(f"{method} {a}", {"task": task, "method": method, "sweep_eta": eta,
+                                   "agent": a})
+                for a in self.agents(task, method)]

@@ -34,8 +34,8 @@ def metrics_table(data: RunData, task: str, eta) -> list[str]:
     lines = ["| method | model | " + " | ".join(labels[f] for f in TABLE_FIELDS) + " |",
              "|---|---|" + "---|" * len(TABLE_FIELDS)]
     for method in data.methods(task, eta):
-        rows = [(f"{label.split(' ')[-1]} ({match['agent']})" if "agent" in match else "llm_0",
-                 match) for label, match in data.series(task, method, eta)]
+        rows = [(match.get("agent", "llm_0"), match)
+                for _, match in data.series(task, method, eta)]
         if data.two_agent(task, method):
             rows += [(role, {"task": task, "method": method, "sweep_eta": eta, "role": role})
                      for role in data.roles(task, method, eta)]
@@ -43,6 +43,27 @@ def metrics_table(data: RunData, task: str, eta) -> list[str]:
             cells = [str(data.stat(f, **match)) for f in TABLE_FIELDS]
             lines.append(f"| {method} | {model} | " + " | ".join(cells) + " |")
     return lines
+
+
+def cut_lines(data: RunData, task: str, eta) -> list[str]:
+    """Where the window cut prompts (their start dropped to fit): per method and role, the
+    mean tokens cut and the share of episodes cut, over every iteration and seed."""
+    lines = []
+    for method in data.methods(task, eta):
+        rows = select(data.rows, task=task, method=method, sweep_eta=eta)
+        for role in data.roles(task, method, eta):
+            cut = [r["prompt_tokens_cut"] for r in rows
+                   if r.get("role") == role and r.get("prompt_tokens_cut")]
+            if cut:
+                rate = np.mean([r.get("prompt_cut_rate", 0.0) for r in rows
+                                if r.get("role") == role])
+                lines.append(f"- **{method}, {role}**: {np.mean(cut):.3g} prompt tokens cut on "
+                             f"average where any were, in {100 * rate:.0f}% of episodes")
+    if not lines:
+        return []
+    return ["### Prompts cut to fit the window", "",
+            "The start of these prompts did not fit the context window and was cut (raise "
+            "`context_len`):", "", *lines, ""]
 
 
 def audit_table(data: RunData, task: str, eta) -> list[str]:
@@ -166,7 +187,8 @@ def settings_lines(config: dict) -> list[str]:
         for key in SETTINGS.get(name, (name,)):
             value = value.get(key, MISSING) if isinstance(value, dict) else MISSING
         if value is not MISSING:
-            out.append(f"- {name}: `{value}`")
+            note = " (the defaults)" if name == "preset" and value == "offline" else ""
+            out.append(f"- {name}: `{value}`{note}")
     return out
 
 
@@ -196,7 +218,7 @@ def render(data: RunData, plots: dict[str, list[str]] | None = None,
     """The whole markdown report (`preamble`: lines placed before any claim or table)."""
     plots = plots or {}
     claims = all_claims(data)
-    out = ["# CORY benchmark report", "", *(preamble or []),
+    out = ["# CORY benchmark report", "", headline(data, claims), "", *(preamble or []),
            CONVENTIONS.format(window=data.window, seeds=n_seeds(data)), "",
            "## The paper's claims, checked on this run", "", *[c.line() for c in claims], ""]
     if data.config:
@@ -214,6 +236,7 @@ def render(data: RunData, plots: dict[str, list[str]] | None = None,
             out += [f"![{p.split('/')[-1][:-4]}](<{p}>)" for p in plots.get(f"{task}|{eta}", [])]
             out += ["", "### In training (final iterations)", "", *metrics_table(data, task, eta),
                     ""]
+            out += cut_lines(data, task, eta)
             audit = audit_table(data, task, eta)
             if audit:
                 out += ["### Contribution audit", "", *audit, ""]
@@ -225,6 +248,28 @@ def render(data: RunData, plots: dict[str, list[str]] | None = None,
     return "\n".join(out)
 
 
+def headline(data: RunData, claims) -> str:
+    """What came out, in one line: the verdicts' count and each method's mean alone gain."""
+    from .claims import CONTRADICTED, INCONCLUSIVE, SUPPORTED
+
+    count = {s: sum(c.status == s for c in claims) for s in (SUPPORTED, CONTRADICTED,
+                                                               INCONCLUSIVE)}
+    gains = []
+    for task in data.tasks():
+        for method in data.methods(task, None):
+            trajs = data.trajectories(task, method, None).values()
+            gain = [float(np.mean(t.reward[1:]) - t.reward[0]) for t in trajs
+                    if len(t.iterations) > 1]
+            if gain:
+                gains.append(f"{method} {np.mean(gain):+.3g}")
+    seeds = n_seeds(data)
+    learned = (f"; mean alone reward gained over the base ({seeds} seed"
+               f"{'s' if seeds > 1 else ''}): " + ", ".join(gains)) if gains else ""
+    return (f"**In one line:** {count[SUPPORTED]} of the paper's claims supported, "
+            f"{count[CONTRADICTED]} contradicted, {count[INCONCLUSIVE]} inconclusive on this "
+            f"model{learned}.")
+
+
 def mechanism_lines(mechanism: dict) -> list[str]:
     """The report's first section: each task's model has (or lacks) CORY's mechanism."""
     from agents.refmodels.transfer import format_transfer
@@ -233,8 +278,11 @@ def mechanism_lines(mechanism: dict) -> list[str]:
         return []
     out = ["## Does the model have CORY's mechanism?", ""]
     for task, m in mechanism.items():
+        other = m.get("task") not in (None, task)
         out.append(f"**{task}**" + (f": not measured — {m['not_measured']}." if
-                                    "not_measured" in m else ""))
+                                    "not_measured" in m else
+                                    f": measured on task `{m['task']}`, whose model this task "
+                                    f"trains from, not on `{task}` itself." if other else ""))
         if "not_measured" not in m:
             out += ["", *format_transfer(m)]
         out.append("")

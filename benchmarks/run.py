@@ -24,7 +24,7 @@ if __package__ in (None, ""):  # `python benchmarks/run.py`
 
 from agents.training import cli
 from agents.training.runlog import FolderBusy, LedgerError
-from benchmarks.config import BenchConfig, add_config_options, check_resume, resolve_config
+from benchmarks.config import BenchConfig, add_config_options, check_resume_flags, resolve_config
 from benchmarks.runner import RunFolder, run_benchmark
 
 
@@ -53,11 +53,11 @@ def config_from_args(args: argparse.Namespace) -> tuple[BenchConfig, Path, bool]
     if resume and not out:
         raise ValueError("--resume needs --out, the folder of the run to continue")
     out = Path(out or Path("runs") / time.strftime("%Y-%m-%d_%H-%M-%S"))
-    if resume and not given:
-        return RunFolder(out).saved_config().validate(), out, True
+    if resume:  # the saved settings, and only what was typed compared with them
+        saved = RunFolder(out).saved_config()
+        check_resume_flags(given, saved)
+        return saved.validate(), out, True
     cfg = resolve_config(given.pop("preset", "offline"), given.pop("quick", False), **given)
-    if resume:
-        check_resume(cfg, RunFolder(out).saved_config())
     return cfg, out, resume
 
 

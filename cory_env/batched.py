@@ -122,7 +122,8 @@ class BatchedCoryEnv(QuerySource):
         return {"input_ids": self._tensor(ep.ids[slot]), "attention_mask": mask,
                 "response_mask": mask[:, ep.P:].float(), "queries": ep.queries,
                 "query_index": torch.as_tensor(self.query_indices), "group_size": self.group_size,
-                "pool_size": self.pool_size}
+                "pool_size": self.pool_size,
+                "prompt_cut": torch.as_tensor(ep.dropped[slot].copy())}
 
     def state(self) -> dict:
         """The joint transcript (every position's view, pioneer first) as (B, K*L) tensors."""

@@ -122,6 +122,10 @@ def load_tokenizer(tokenizer):
     if isinstance(tokenizer, str):
         from transformers import AutoTokenizer
 
+        if not tokenizer.strip():
+            raise ValueError(f"tokenizer must name a tokenizer (a short model name, a folder, a "
+                             f".gguf file or a hub id), got {tokenizer!r}")
+
         from .files import check_hub_name
         from .pretrained import resolve_model
 

@@ -166,16 +166,17 @@ class Episodes:
                                enumerate(task.templates(knowledge_transfer, max(self.n_turns, 2))))
         self.roles = role_names(self.n_turns)
         self.T, self.L = max_new_tokens, context_len
-        if self.n_turns > 2:  # prompts grow with K: fit L to them, or say what to raise
-            longest = max(task.query_lengths(task.queries(split), tokenizer))
-            need = chain_context(self.renderers, longest, max_new_tokens)
-            if fit_context:
-                self.L = max(context_len, need)
-            elif context_len < need:
-                warnings.warn(f"context_len={context_len} is too short for {self.n_turns} "
-                              f"agents: a position's prompt can reach "
-                              f"{need - max_new_tokens} tokens and would be left-truncated; "
-                              f"raise context_len to {need} (or leave it unset)", stacklevel=3)
+        # prompts that cannot fit the window are said at the start (K > 2: L fits them)
+        longest = max(task.query_lengths(task.queries(split), tokenizer))
+        need = chain_context(self.renderers[:self.n_turns], longest, max_new_tokens)
+        if fit_context and self.n_turns > 2:
+            self.L = max(context_len, need)
+        elif context_len < need:
+            warnings.warn(f"task {task.name!r}: context_len={context_len} is too short for its "
+                          f"prompts with {self.n_turns} agent(s): a prompt can reach "
+                          f"{need - max_new_tokens} tokens and its start would be cut (counted "
+                          f"per turn as prompt_tokens_cut); raise context_len to {need}",
+                          stacklevel=3)
         self.P = self.L - max_new_tokens
         self.batch = 0
 

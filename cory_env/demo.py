@@ -23,6 +23,7 @@ import numpy as np
 from . import registered_tasks
 from .core import role_names
 from .plugins import load_plugin, load_plugins
+from .tasks.base import unknown_task
 from .text import copy_rate, text_env
 
 Policy = Callable[[str], str]
@@ -42,7 +43,8 @@ def random_policy(tokenizer, max_new_tokens: int, seed: int = 0) -> Policy:
 def seat(game, policies: Mapping[str, Policy] | Policy | None, seed: int = 0
          ) -> dict[str, Policy]:
     """{role: function} for every role of a text env: the given ones (one function: all
-    roles), random answers for the rest; a role the env does not have is a ValueError."""
+    roles), random answers for the rest; a role the env does not have is a ValueError. A
+    policy with `use_turn_cap(n)` is told the env's turn cap."""
     roles = role_names(game.unwrapped.tokens.turns)
     if callable(policies):
         policies = dict.fromkeys(roles, policies)
@@ -50,7 +52,11 @@ def seat(game, policies: Mapping[str, Policy] | Policy | None, seed: int = 0
     unknown = sorted(set(policies) - set(roles))
     if unknown:
         raise ValueError(f"no role {unknown} in this env; its roles are {list(roles)}")
-    fallback = random_policy(game.unwrapped.tokenizer, game.unwrapped.tokens.max_new_tokens, seed)
+    cap = game.unwrapped.tokens.max_new_tokens
+    for policy in policies.values():  # a policy that asks is told the env's turn cap
+        if callable(getattr(policy, "use_turn_cap", None)):
+            policy.use_turn_cap(cap)
+    fallback = random_policy(game.unwrapped.tokenizer, cap, seed)
     return {role: policies.get(role, fallback) for role in roles}
 
 
@@ -61,6 +67,11 @@ def evaluate(policies: Mapping[str, Policy] | Policy, episodes: int = 16, seed: 
     per episode {role: {"prompt", "answer", "reward"}}}."""
     if not isinstance(episodes, int) or episodes < 1:
         raise ValueError(f"episodes must be a positive integer, got {episodes!r}")
+    if isinstance(policies, str):
+        policies = load_policy(policies)
+    elif isinstance(policies, Mapping):  # "module:name" specs load (and register) first
+        policies = {role: load_policy(p) if isinstance(p, str) else p
+                    for role, p in policies.items()}
     game = text_env(**config)
     seats = seat(game, policies, seed)
     roles = list(seats)
@@ -130,20 +141,24 @@ def main(argv=None) -> dict:
     args = p.parse_args(argv)
     try:
         load_plugins(args.imports)
-        unknown = sorted(set(args.tasks.split(",")) - set(registered_tasks()))
-        if unknown:
-            raise ValueError(f"unknown task(s) {unknown}; registered: {registered_tasks()}")
         if args.n_agents < 2:
             raise ValueError(f"--n-agents must be at least 2, got {args.n_agents}")
         if args.episodes < 1:
             raise ValueError(f"--episodes must be at least 1, got {args.episodes}")
+        # a policy's module may register the task it plays: import it before the check
         policies = parse_policies(args.policy, role_names(args.n_agents))
+        for task in args.tasks.split(","):
+            if task not in registered_tasks():
+                raise ValueError(unknown_task(task))
     except ValueError as err:
         p.error(str(err))
     out = {}
     for task in args.tasks.split(","):
-        result = evaluate(policies, episodes=args.episodes, seed=args.seed, task=task,
-                          n_agents=args.n_agents)
+        try:
+            result = evaluate(policies, episodes=args.episodes, seed=args.seed, task=task,
+                              n_agents=args.n_agents)
+        except (TypeError, ValueError) as err:  # a policy's bad answer: said in one line
+            p.exit(2, f"{p.prog}: error: {task}: {err}\n")
         for i, episode in enumerate(result["episodes"]):
             print(f"--- {task}, episode {i} ---")
             for role, turn in episode.items():

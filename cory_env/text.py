@@ -141,6 +141,13 @@ class raw_text_env(AECEnv):
         if not isinstance(answer, str):
             raise TypeError(f"action must be the answer as a str, got {answer!r} "
                             f"({type(answer).__name__})")
+        try:
+            answer.encode("utf-8")
+        except UnicodeEncodeError as err:
+            role = self.tokens.infos[self.tokens.agent_selection]["role"]
+            raise ValueError(f"the {role}'s answer "
+                             f"{answer!r:.80} is not valid text: {err.reason} at character "
+                             f"{err.start} ({answer[err.start]!r})") from None
         eos, cap = self.tokenizer.eos_token_id, self.tokens.answer_cap
         ids = self.tokenizer.encode(answer, add_special_tokens=False)[:cap]
         if eos in ids:
@@ -153,8 +160,25 @@ class raw_text_env(AECEnv):
         if self.tokens.terminations[agent] or self.tokens.truncations[agent]:
             self.tokens.step(action)
             return
-        for token in self.encode(action):
+        ids = self.encode(action)
+        for token in ids:
             self.tokens.step(token)
+        self.tokens.infos[agent].update(self.answer_flags(action, ids))
+
+    def answer_flags(self, answer: str, played: list[int]) -> dict:
+        """What became of an answer: "answer_cut_tokens", the tokens past the turn's cap (0:
+        none), and "answer_played_as", the text played when the tokenizer could not keep the
+        answer as given (words it does not know), else None."""
+        eos = self.tokenizer.eos_token_id
+        full = self.tokenizer.encode(answer, add_special_tokens=False)
+        content = full[: full.index(eos)] if eos in full else full
+        cut = max(0, len(content) - self.tokens.answer_cap)
+        kept = [t for t in played if t != eos]
+        text = self.tokenizer.decode(kept, skip_special_tokens=True)
+        before_eos = answer.split(self.tokenizer.eos_token)[0] if self.tokenizer.eos_token else \
+            answer
+        altered = not cut and " ".join(text.split()) != " ".join(before_eos.split())
+        return {"answer_cut_tokens": cut, "answer_played_as": text if altered else None}
 
     def render(self):
         """"ansi" returns the transcript, "human" prints it (the token env's render)."""

@@ -46,5 +46,17 @@ def turn_metrics(turn, eta: float, n_samples: int = 3) -> dict:
         "distinct_2": distinct_n(turn.texts, 2),
         "repetition_rate": repetition_rate(turn.texts),
         "samples": list(turn.texts[:n_samples]),
+        **prompt_cut_metrics(turn),
     }
+
+
+def prompt_cut_metrics(turn) -> dict:
+    """How much of the turn's prompts the window cut: the mean tokens cut and the share of
+    episodes cut (both 0 when nothing was)."""
+    cut = getattr(turn, "prompt_cut", None)
+    if cut is None:
+        return {}
+    cut = cut.float()
+    return {"prompt_tokens_cut": float(cut.mean()), "prompt_cut_rate": float((cut > 0).float()
+                                                                            .mean())}
 

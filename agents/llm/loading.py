@@ -24,6 +24,18 @@ class LoraSettings:
     dropout: float = 0.05
     target_modules: list[str] | None = None
 
+    def __post_init__(self):
+        self.check()
+
+    def check(self) -> None:
+        """Raise ValueError naming a setting LoRA cannot take."""
+        for name in ("r", "alpha"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"lora {name} must be a positive integer, got {value!r}")
+        if not (isinstance(self.dropout, (int, float)) and 0 <= self.dropout < 1):
+            raise ValueError(f"lora dropout must be in [0, 1), got {self.dropout!r}")
+
 
 def disable_dropout(model: nn.Module) -> None:
     """Set every dropout probability in the model to 0 (PPO ratios must be deterministic)."""

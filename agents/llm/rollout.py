@@ -53,6 +53,7 @@ class Turn:
     group_size: int = 1  # G: rows [kG, (k+1)G) answer the same query
     pool_size: int = 0  # how many queries the split holds
     position: int = 0  # the agent's place in the chain this rollout (0: the pioneer)
+    prompt_cut: torch.Tensor | None = None  # (B,) prompt tokens cut on the left to fit
 
     @property
     def groups(self) -> int:
@@ -200,6 +201,7 @@ def _turn_tensors(env, agent, role, steps, policy, T, sampling=None) -> dict:
     return dict(agent=agent, role=role, input_ids=ids, attention_mask=mask,
                 query_index=seq["query_index"].to(device), group_size=seq["group_size"],
                 pool_size=seq["pool_size"], position=env.agents.index(agent),
+                prompt_cut=seq.get("prompt_cut"),
                 response_mask=response_mask, logprobs=own["logprobs"].float() * response_mask,
                 raw_logprobs=own["raw_logprobs"].float() * response_mask,
                 values=own["values"].float() * response_mask, ref_logprobs=ref_logprobs,

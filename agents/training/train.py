@@ -97,6 +97,8 @@ class TrainConfig(LearnerConfig):
                                  f"{getattr(self, name)!r}")
         if self.lora is not None and not isinstance(self.lora, LoraSettings):
             raise ValueError(f"TrainConfig.lora must be None or a LoraSettings, got {self.lora!r}")
+        if self.lora is not None:
+            self.lora.check()
         check_local_path("model", self.model)
         check_model(self.model)
         check_weights(self.model, "model")

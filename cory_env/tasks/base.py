@@ -200,7 +200,7 @@ def make_task(task, **kwargs) -> Task:
     if isinstance(task, str):
         _discover()
         if task not in _REGISTRY:
-            raise ValueError(f"unknown task {task!r}; registered: {sorted(_REGISTRY)}")
+            raise ValueError(unknown_task(task))
         factory = _REGISTRY[task]
         accepted = task_options(task)
         takes_any = any(p.kind == p.VAR_KEYWORD for p in _parameters(factory))
@@ -235,11 +235,18 @@ def registered_tasks() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def unknown_task(name) -> str:
+    """What to say of a task name nobody registered."""
+    return (f"unknown task {name!r}; registered: {sorted(_REGISTRY)}. A task of your own "
+            f"registers when the module that defines it is imported: import it first (command "
+            f"lines: --import MODULE or --import path/to/file.py)")
+
+
 def task_options(name: str) -> dict[str, Any]:
     """The keyword options of a registered task and their defaults (from its signature)."""
     _discover()
     if name not in _REGISTRY:
-        raise ValueError(f"unknown task {name!r}; registered: {sorted(_REGISTRY)}")
+        raise ValueError(unknown_task(name))
     params = _parameters(_REGISTRY[name])
     return {p.name: (None if p.default is p.empty else p.default) for p in params
             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}

@@ -44,14 +44,14 @@ def main(argv=None) -> dict:
     with tempfile.TemporaryDirectory(prefix="course-lm-") as tmp:
         trainer = Trainer(course_config("cory", course_lm(tmp), args.iterations))
         tokenizer = trainer.env.tokenizer
-        untrained = text_policy(trainer.learner.policies["llm_0"], tokenizer, max_new_tokens=2)
+        untrained = text_policy(trainer.learner.policies["llm_0"], tokenizer)
         pairs = {"rule -> copycat": (rule, copycat)}
         pairs["untrained -> copycat"] = (untrained, copycat)
         results = {name: evaluate({"pioneer": p, "observer": o}, episodes=args.episodes,
                                   task="colours") for name, (p, o) in pairs.items()}
         for _ in trainer.run():
             pass
-        trained = text_policy(trainer.learner.policies["llm_0"], tokenizer, max_new_tokens=2)
+        trained = text_policy(trainer.learner.policies["llm_0"], tokenizer)
         for name, (pio, obs) in {"trained -> copycat": (trained, copycat),
                                  "rule -> trained": (rule, trained)}.items():
             results[name] = evaluate({"pioneer": pio, "observer": obs}, episodes=args.episodes,

@@ -133,3 +133,12 @@ def test_play_and_the_text_view_speak_through_a_gemma3_model(tiny_gemma, capsys)
                  "--max-new-tokens", "3"]) == 0
     out = capsys.readouterr().out
     assert "pioneer:" in out and "observer:" in out
+
+
+def test_play_refuses_a_zero_cap_in_one_line(capsys):
+    from agents.play import main
+
+    with pytest.raises(SystemExit):
+        main(["--max-new-tokens", "0"])
+    err = capsys.readouterr().err
+    assert "--max-new-tokens must be positive, got 0" in err and "Traceback" not in err

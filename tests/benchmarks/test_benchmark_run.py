@@ -78,7 +78,7 @@ def test_quick_run_writes_metrics_tensorboard_plots_and_report(tiny_lm, tmp_path
     assert all(0 <= e["pass@1"] <= e["pass@k"] <= 1 for e in maths)
     assert all(("greedy" in e) == (e["iteration"] == 2) for e in maths)
     text = report.read_text()
-    for line in ("| ppo | llm_0 |", "| cory | LLM1 (llm_0) |", "| cory | LLM2 (llm_1) |",
+    for line in ("| ppo | llm_0 |", "| cory | llm_0 |", "| cory | llm_1 |",
                  "| cory | pioneer |", "### Contribution audit", "Test-split pass@k",
                  "| base | – |", "Every model answering alone"):
         assert line in text, line
@@ -201,6 +201,11 @@ def test_resume_refuses_other_settings(tmp_path):
     (["--iteration", "2"], "unrecognized arguments: --iteration"),  # no abbreviations
     (["--mixed-precision", "fp16"], "mixed_precision must be one of ('auto', 'bf16', None), got "
                                     "'fp16'"),
+    (["--seeds", "0,0"], "seeds lists 0 more than once ([0, 0])"),
+    (["--tasks", "reasoning", "--quick"], "task 'reasoning' has no offline reference LM: give a "
+                                          "model (--model"),
+    (["--methods", "ppo,cory,ppo"], "methods lists ppo more than once"),
+    (["--lora", "--lora-r", "0"], "lora r must be a positive integer, got 0"),
 ])
 def test_bad_values_fail_before_any_model_loads(argv, message, capsys, monkeypatch):
     def no_training(*a, **k):
@@ -426,3 +431,17 @@ def test_resume_fills_in_a_mechanism_measured_after_the_run_started(tiny_lm, tmp
     (model / "transfer-sentiment.json").unlink()  # a measurement, once in the folder, stays
     main(["--resume", "--out", str(out), "--no-progress"])
     assert json.loads((out / "mechanism.json").read_text())["sentiment"] == measured
+
+
+def test_resume_compares_only_the_settings_typed(tmp_path, capsys):
+    """`--resume --iterations 40` listed 13 settings as "given" that nobody typed."""
+    cfg = resolve_config("offline", quick=True)
+    RunFolder(tmp_path).start(cfg)
+    args = build_parser().parse_args(["--resume", "--out", str(tmp_path), "--iterations", "40"])
+    with pytest.raises(ValueError) as err:
+        config_from_args(args)
+    text = str(err.value)
+    assert "--iterations: saved 3, given 40" in text and "a finished run is not extended" in text
+    assert text.count("saved") == 1  # only what was typed
+    same = ["--resume", "--out", str(tmp_path), "--quick", "--iterations", "3"]
+    assert config_from_args(build_parser().parse_args(same))[2]

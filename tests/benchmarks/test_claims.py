@@ -497,3 +497,37 @@ def test_an_absent_mechanism_and_a_verdict_on_the_model_say_the_same():
     assert c.status == cl.SUPPORTED and "mechanism: absent" in c.line()
     assert "cannot be tested" not in MEANING["absent"]
     assert "still tested" in MEANING["absent"]
+
+
+def test_a_plug_in_tasks_report_says_which_task_the_mechanism_was_measured_on():
+    measured = {**mechanism_measurement(), "task": "sentiment"}
+    lines = rp.mechanism_lines({"upbeat-short": measured, "sentiment": measured})
+    text = "\n".join(lines)
+    assert "**upbeat-short**: measured on task `sentiment`, whose model this task trains" in text
+    assert "**sentiment**\n" in text + "\n"  # its own measurement needs no note
+    data = runs({"ppo": ppo_fast, "cory": cory_slow_efficient}, task="upbeat-short")
+    data.mechanism = {"upbeat-short": measured}
+    assert "mechanism (measured on task sentiment):" in claim(data, "(1a)").line()
+
+
+def test_a_figure_on_a_sliver_of_overlap_says_so_and_the_report_leads_with_one_line():
+    far = runs({"ppo": lambda s: (3 * X + 0.01 * s, 20 * X ** 2 + 0.05 * s),
+                "cory": lambda s: (0.2 * X + 0.01 * s, 0.5 * X + 0.01 * s)})
+    assert "is a sliver" in claim(far, "(1a)").numbers
+    assert "is a sliver" not in claim(runs({"ppo": ppo_fast, "cory": cory_slow_efficient}),
+                                      "(1a)").numbers
+    text = rp.render(runs({"ppo": ppo_fast, "cory": cory_slow_efficient}))
+    first = text.splitlines()[2]
+    assert first.startswith("**In one line:**") and "claims supported" in first
+    assert "ppo +" in first and "cory +" in first
+
+
+def test_prompts_cut_to_fit_are_named_in_the_report():
+    data = runs({"ppo": ppo_fast, "cory": cory_slow_efficient})
+    for r in data.rows:
+        r.update(prompt_tokens_cut=6.0 if r["method"] == "cory" else 0.0,
+                 prompt_cut_rate=1.0 if r["method"] == "cory" else 0.0)
+    text = rp.render(data)
+    assert "### Prompts cut to fit the window" in text
+    assert "- **cory, pioneer**: 6 prompt tokens cut on average where any were, in 100%" in text
+    assert "**ppo," not in text.split("### Prompts cut")[1].split("###")[0]

@@ -146,7 +146,8 @@ def test_a_template_that_names_a_later_answer_is_refused():
 def test_context_grows_with_k_or_a_short_one_is_named():
     sizes = [cory_env.env(task="course", n_agents=k).unwrapped.episodes.L for k in (2, 3, 4)]
     assert sizes == [10, 14, 18]  # 4 static + 1 query + k-1 hints of (2 + T) ... + T
-    with pytest.warns(UserWarning, match="context_len=10 is too short for 3 agents.*raise "
+    with pytest.warns(UserWarning, match="context_len=10 is too short for its prompts with 3 "
+                                         "agent.*raise "
                                          "context_len to 14"):
         cory_env.env(task="course", n_agents=3, context_len=10)
     with warnings.catch_warnings():

@@ -152,3 +152,49 @@ def test_load_policy_names_what_is_wrong(tmp_path):
         load_policy(f"{path}:value")
     with pytest.raises(ValueError, match="module:name"):
         load_policy("answer")
+
+
+def test_an_answer_the_env_alters_is_flagged_in_infos():
+    """An out-of-vocabulary answer used to become '' and an over-long one was cut, silently."""
+    outcomes = {}
+    for answer in ("Crimson!", "red red red red", "red"):
+        game = cory_env.text_env(task="course", max_new_tokens=2)
+        game.reset(seed=0)
+        agent = game.agent_selection
+        game.step(answer)
+        outcomes[answer] = game.unwrapped.tokens.infos[agent]
+    assert outcomes["Crimson!"]["answer_played_as"] == "" and outcomes["Crimson!"][
+        "answer_cut_tokens"] == 0
+    assert outcomes["red red red red"]["answer_cut_tokens"] == 2
+    assert outcomes["red red red red"]["answer_played_as"] is None
+    assert outcomes["red"]["answer_cut_tokens"] == 0 and outcomes["red"]["answer_played_as"] is None
+
+
+def test_text_that_is_not_text_is_refused_naming_the_role():
+    game = cory_env.text_env(task="course")
+    game.reset(seed=0)
+    with pytest.raises(ValueError, match=r"the pioneer's answer .* is not valid text: surrogates"):
+        game.step("red \ud800")
+    with pytest.raises(ValueError, match="tokenizer must name a tokenizer.*got ''"):
+        cory_env.text_env(task="course", tokenizer="")
+
+
+def test_a_policy_module_registers_its_task_before_the_demo_checks_it(tmp_path, monkeypatch,
+                                                                     capsys):
+    from cory_env.demo import evaluate, main
+
+    mod = tmp_path / "my_course_policy.py"
+    mod.write_text("from cory_env import register_task\n"
+                   "from cory_env.tasks.course import CourseTask\n"
+                   "@register_task('my-colours-xyz')\n"
+                   "class Mine(CourseTask):\n    pass\n"
+                   "def copy(prompt):\n    return 'red'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = main(["--tasks", "my-colours-xyz", "--episodes", "1",
+                "--policy", "observer=my_course_policy:copy"])
+    assert "my-colours-xyz" in out
+    result = evaluate({"observer": "my_course_policy:copy"}, episodes=1, task="my-colours-xyz")
+    assert result["episodes"][0]["observer"]["answer"] == "red"
+    with pytest.raises(SystemExit):
+        main(["--tasks", "nowhere-xyz"])
+    assert "import it first (command lines: --import MODULE" in capsys.readouterr().err

@@ -93,3 +93,24 @@ def test_the_documented_benchmark_commands_run_as_written(tmp_path):
         p = subprocess.run([sys.executable, *argv], cwd=tmp_path, env=env, capture_output=True,
                            text=True, timeout=300)
         assert p.returncode == 0, (command, p.stderr[-2000:])
+
+
+def test_a_text_policy_answers_within_the_env_cap_and_the_models_positions(tmp_path):
+    """docs/exercises.md's `text_policy(policy, tokenizer)` decoded 32 tokens into a 32-position
+    LM and crashed inside torch; it now takes the env's turn cap, and a cap past the model's
+    positions is refused by name before decoding."""
+    from agents.llm.text import text_policy
+    from agents.training.train import Trainer
+    from cory_env.demo import evaluate
+    from examples.exercises.common import course_config, course_lm
+
+    trainer = Trainer(course_config("cory", course_lm(str(tmp_path)), 1))
+    policy = text_policy(trainer.learner.policies["llm_0"], trainer.env.tokenizer)
+    result = evaluate({"pioneer": policy}, episodes=2, task="colours")
+    assert len(result["episodes"]) == 2 and policy.turn_cap == trainer.env.max_new_tokens
+    assert isinstance(policy("colour of snow ?"), str)
+    too_long = text_policy(trainer.learner.policies["llm_0"], trainer.env.tokenizer,
+                           max_new_tokens=40)
+    with pytest.raises(ValueError, match=r"plus max_new_tokens=40 needs \d+ positions, but the "
+                                         r"model has 32"):
+        too_long("colour of snow ?")
