@@ -60,6 +60,14 @@ def seat(game, policies: Mapping[str, Policy] | Policy | None, seed: int = 0
     return {role: policies.get(role, fallback) for role in roles}
 
 
+def play_role(policy: Policy, role: str, prompt) -> str:
+    """The policy's answer; an error inside it says which role's policy raised it."""
+    try:
+        return policy(prompt)
+    except Exception as err:
+        raise RuntimeError(f"the {role}'s policy raised {type(err).__name__}: {err}") from err
+
+
 def evaluate(policies: Mapping[str, Policy] | Policy, episodes: int = 16, seed: int = 0,
              **config) -> dict:
     """Play `episodes` episodes of `text_env(**config)` with one function per role (or one for
@@ -86,7 +94,7 @@ def evaluate(policies: Mapping[str, Policy] | Policy, episodes: int = 16, seed: 
                 record[info["role"]]["answer"] = info["response"]
                 game.step(None)
                 continue
-            answer = seats[info["role"]](prompt)
+            answer = play_role(seats[info["role"]], info["role"], prompt)
             if not isinstance(answer, str):
                 raise TypeError(f"the {info['role']}'s policy returned {type(answer).__name__} "
                                 f"({answer!r:.60}), not a str")
@@ -157,7 +165,7 @@ def main(argv=None) -> dict:
         try:
             result = evaluate(policies, episodes=args.episodes, seed=args.seed, task=task,
                               n_agents=args.n_agents)
-        except (TypeError, ValueError) as err:  # a policy's bad answer: said in one line
+        except (TypeError, ValueError, RuntimeError) as err:  # a policy's fault: one line
             p.exit(2, f"{p.prog}: error: {task}: {err}\n")
         for i, episode in enumerate(result["episodes"]):
             print(f"--- {task}, episode {i} ---")

@@ -31,7 +31,7 @@ except ModuleNotFoundError as err:  # an optional extra
                               f"pip install 'cory[openenv]'") from None
 
 from .core import role_names
-from .demo import Policy, parse_policies, seat
+from .demo import Policy, parse_policies, play_role, seat
 from .text import text_env
 
 
@@ -82,8 +82,12 @@ class CoryOpenEnv(Environment):
     def step(self, action: CoryAction, timeout_s: float | None = None,
              **kwargs: Any) -> CoryObservation:
         """Play the client's answer, then the hosted roles, up to the client's next turn."""
+        if not self._started:
+            raise RuntimeError("step before reset: call reset() first")
         if self._done():
             raise RuntimeError("the episode is over: reset() first")
+        if not isinstance(getattr(action, "answer", None), str):
+            raise ValueError(f"the action's field 'answer' must be a str, got {action!r:.80}")
         self.game.step(action.answer)
         self._state.step_count += 1
         return self._advance()
@@ -107,7 +111,7 @@ class CoryOpenEnv(Environment):
             role = env.infos[agent]["role"]
             if self.role is None or role == self.role:
                 return CoryObservation(prompt=str(env.observe(agent)), agent=agent, role=role)
-            self.game.step(self.seats[role](str(env.observe(agent))))
+            self.game.step(play_role(self.seats[role], role, str(env.observe(agent))))
         infos = {a: env.infos[a] for a in env.possible_agents}
         mine = next((a for a, i in infos.items() if i["role"] == (self.role or "pioneer")))
         return CoryObservation(
@@ -142,6 +146,11 @@ def main(argv=None) -> None:
         p.error(str(err))
     import uvicorn
 
+    hosted = ", ".join(f"{r}={'given' if r in policies else 'random'}"
+                       for r in role_names(args.n_agents) if r != args.role)
+    print(f"cory_env.openenv: task {args.task!r}, the client plays "
+          f"{args.role or 'every role in turn'}" + (f"; hosted: {hosted}" if args.role else "")
+          + f"; http://{args.host}:{args.port}", flush=True)
     uvicorn.run(server, host=args.host, port=args.port)
 
 

@@ -107,3 +107,16 @@ def test_bad_roles_are_refused_before_serving_and_a_finished_episode_says_so():
     assert done.done and done.reward == 2.0  # the hosted copycat copies a right answer
     with pytest.raises(RuntimeError, match="reset"):
         env.step(CoryAction(answer="red"))
+
+
+def test_step_before_reset_and_a_bad_action_are_named():
+    env = CoryOpenEnv("observer", task="course")
+    with pytest.raises(RuntimeError, match="step before reset: call reset"):
+        env.step(CoryAction(answer="red"))
+    env.reset(seed=0)
+
+    class Odd:
+        answer = 5
+
+    with pytest.raises(ValueError, match="field 'answer' must be a str"):
+        env.step(Odd())

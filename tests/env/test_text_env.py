@@ -198,3 +198,13 @@ def test_a_policy_module_registers_its_task_before_the_demo_checks_it(tmp_path, 
     with pytest.raises(SystemExit):
         main(["--tasks", "nowhere-xyz"])
     assert "import it first (command lines: --import MODULE" in capsys.readouterr().err
+
+
+def test_a_policy_that_raises_says_which_role_it_played():
+    from cory_env.demo import evaluate
+
+    def broken(prompt):
+        raise ZeroDivisionError("boom")
+
+    with pytest.raises(RuntimeError, match="the observer's policy raised ZeroDivisionError: boom"):
+        evaluate({"observer": broken}, episodes=1, task="course")
