@@ -116,14 +116,23 @@ def write_tiny_gguf(path, arch: str = "llama", hidden: int = 32, layers: int = 2
 
     kv_dim = kv * hidden // heads
     w.add_tensor("token_embd.weight", rand(len(tokens), hidden))
+    matrices = {"attn_q": (hidden, hidden), "attn_k": (kv_dim, hidden),
+                "attn_v": (kv_dim, hidden), "attn_output": (hidden, hidden)}
+    return _finish_gguf(w, path, layers, hidden, ff, rand, matrices,
+                        {"attn_norm": hidden, "ffn_norm": hidden})
+
+
+def _finish_gguf(w, path, layers: int, hidden: int, ff: int, rand, matrices: dict,
+                 norms: dict) -> str:
+    """Write each block's matrices (plus the gated MLP) and norms, the output norm, and the
+    file."""
+    matrices = {**matrices, "ffn_gate": (ff, hidden), "ffn_up": (ff, hidden),
+                "ffn_down": (hidden, ff)}
     for i in range(layers):
-        for name, shape in (("attn_q", (hidden, hidden)), ("attn_k", (kv_dim, hidden)),
-                            ("attn_v", (kv_dim, hidden)), ("attn_output", (hidden, hidden)),
-                            ("ffn_gate", (ff, hidden)), ("ffn_up", (ff, hidden)),
-                            ("ffn_down", (hidden, ff))):
+        for name, shape in matrices.items():
             w.add_tensor(f"blk.{i}.{name}.weight", rand(*shape))
-        for norm in ("attn_norm", "ffn_norm"):
-            w.add_tensor(f"blk.{i}.{norm}.weight", np.ones(hidden, np.float32))
+        for norm, size in norms.items():
+            w.add_tensor(f"blk.{i}.{norm}.weight", np.ones(size, np.float32))
     w.add_tensor("output_norm.weight", np.ones(hidden, np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -188,21 +197,8 @@ def write_tiny_gemma3_gguf(path, hidden: int = 32, layers: int = 2, seed: int = 
         return (rng.standard_normal(shape) * 0.1).astype(np.float32)
 
     w.add_tensor("token_embd.weight", rand(len(tokens), hidden))
-    for i in range(layers):
-        for name, shape in (("attn_q", (heads * head_dim, hidden)),
-                            ("attn_k", (kv * head_dim, hidden)),
-                            ("attn_v", (kv * head_dim, hidden)),
-                            ("attn_output", (hidden, heads * head_dim)),
-                            ("ffn_gate", (ff, hidden)), ("ffn_up", (ff, hidden)),
-                            ("ffn_down", (hidden, ff))):
-            w.add_tensor(f"blk.{i}.{name}.weight", rand(*shape))
-        for norm, size in (("attn_norm", hidden), ("ffn_norm", hidden),
-                           ("post_attention_norm", hidden), ("post_ffw_norm", hidden),
-                           ("attn_q_norm", head_dim), ("attn_k_norm", head_dim)):
-            w.add_tensor(f"blk.{i}.{norm}.weight", np.ones(size, np.float32))
-    w.add_tensor("output_norm.weight", np.ones(hidden, np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return str(path)
+    matrices = {"attn_q": (heads * head_dim, hidden), "attn_k": (kv * head_dim, hidden),
+                "attn_v": (kv * head_dim, hidden), "attn_output": (hidden, heads * head_dim)}
+    norms = {"attn_norm": hidden, "ffn_norm": hidden, "post_attention_norm": hidden,
+             "post_ffw_norm": hidden, "attn_q_norm": head_dim, "attn_k_norm": head_dim}
+    return _finish_gguf(w, path, layers, hidden, ff, rand, matrices, norms)

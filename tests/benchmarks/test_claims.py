@@ -301,12 +301,17 @@ def test_holm_adjusts_within_the_task_and_can_turn_a_raw_verdict_inconclusive():
                for x in group)
 
 
-def test_verdicts_say_on_this_model_and_carry_the_mechanism():
-    data = runs({"ppo": ppo_fast, "cory": cory_slow_efficient})
+def absent_mechanism() -> dict:
+    """A measured mechanism whose cross-role transfer is absent (about 0.08)."""
     rows = [{"alone_base": 0.0, "alone_ppo": p, "alone_observer_only": o, "observer_base": 0.0,
              "observer_pioneer_only": 1.0, "observer_observer_only": 1.0}
             for p, o in ((1.0, 0.1), (1.1, 0.05), (0.9, 0.08))]
-    data.mechanism = {"sentiment": {"cross_role": {"per_seed": rows}}}
+    return {"cross_role": {"per_seed": rows}}
+
+
+def test_verdicts_say_on_this_model_and_carry_the_mechanism():
+    data = runs({"ppo": ppo_fast, "cory": cory_slow_efficient})
+    data.mechanism = {"sentiment": absent_mechanism()}
     c = claim(data, "(1a)")
     assert c.status == cl.SUPPORTED
     assert "**supported** on this model" in c.line() and "mechanism: absent" in c.line()
@@ -489,10 +494,7 @@ def test_an_absent_mechanism_and_a_verdict_on_the_model_say_the_same():
     from agents.refmodels.transfer import MEANING
 
     data = runs({"ppo": ppo_fast, "cory": cory_slow_efficient})
-    rows = [{"alone_base": 0.0, "alone_ppo": p, "alone_observer_only": o, "observer_base": 0.0,
-             "observer_pioneer_only": 1.0, "observer_observer_only": 1.0}
-            for p, o in ((1.0, 0.1), (1.1, 0.05), (0.9, 0.08))]
-    data.mechanism = {"sentiment": {"cross_role": {"per_seed": rows}}}
+    data.mechanism = {"sentiment": absent_mechanism()}
     c = claim(data, "(1a)")
     assert c.status == cl.SUPPORTED and "mechanism: absent" in c.line()
     assert "cannot be tested" not in MEANING["absent"]
