@@ -380,11 +380,12 @@ def kl_side(iv: Interval, at: float, who: str, than: str) -> Side:
     """"`who` needs more than `at`× the KL `than` does" on a log ratio, with the KL margin."""
     x = f"{math.exp(at):g}×"
     hi, lo = at + KL_MARGIN, at - KL_MARGIN
-    denies = (f"{who} needs less KL than {than}" if at == 0 else
+    needs = "need" if who.endswith("s") else "needs"  # "the ablations need", "PPO needs"
+    denies = (f"{who} {needs} less KL than {than}" if at == 0 else
               "CORY needs more KL than PPO" if iv.below(0) else
               f"CORY needs less KL, but not {x} less" if iv.above(0) else
               f"the ratio is below {x} and its interval contains 1×")
-    return Side(iv, lo, hi, f"{who} needs more than {math.exp(hi):.3g}× the KL of {than}",
+    return Side(iv, lo, hi, f"{who} {needs} more than {math.exp(hi):.3g}× the KL of {than}",
                 denies + f" (the ratio's interval lies below {math.exp(lo):.3g}×)",
                 f"the ratio's interval reaches into {x} ×/÷ {math.exp(KL_MARGIN):.3g}"
                 if not iv.within(lo, hi) else
