@@ -191,7 +191,7 @@ def gather(data: RunData, task: str, eta, methods: list[str]) -> Inputs:
     if points < MIN_POINTS:
         problems.append(f"too few evaluation points: {points} < {MIN_POINTS}")
     for m in methods:  # the mean over the points after the base, minus the base's own point
-        per_seed = [float(np.mean(raw[m][s].reward[1:]) - raw[m][s].reward[0]) for s in seeds]
+        per_seed = [raw[m][s].mean_gain() for s in seeds]
         out.gains[m] = mean_interval(per_seed)
         out.best[m] = mean_interval([trajs[m][s].reward.max() - raw[m][s].reward[0]
                                      for s in seeds])

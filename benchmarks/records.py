@@ -143,6 +143,12 @@ class Trajectory:
         return cls(np.array(its, dtype=np.float64), mean("kl"), mean("task_reward"),
                    mean("combined_reward"))
 
+    def mean_gain(self) -> float:
+        """The mean reward over the points after the base minus the base's own (first) point
+        (NaN with one point): what the learning gate tests and the report's first line shows."""
+        return float(np.mean(self.reward[1:]) - self.reward[0]) if len(self.reward) > 1 \
+            else math.nan
+
     def smoothed(self) -> Trajectory:
         """The same points with kl, reward and combined reward smoothed (`stats.smooth`)."""
         return replace(self, kl=smooth(self.kl), reward=smooth(self.reward),

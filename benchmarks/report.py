@@ -257,8 +257,7 @@ def headline(data: RunData, claims) -> str:
     gains = []
     for task in data.tasks():
         for method in data.methods(task, None):
-            trajs = data.trajectories(task, method, None).values()
-            gain = [float(np.mean(t.reward[1:]) - t.reward[0]) for t in trajs
+            gain = [t.mean_gain() for t in data.trajectories(task, method, None).values()
                     if len(t.iterations) > 1]
             if gain:
                 gains.append(f"{method} {np.mean(gain):+.3g}")

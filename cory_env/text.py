@@ -138,6 +138,10 @@ class raw_text_env(AECEnv):
     def encode(self, answer: str) -> list[int]:
         """The tokens an answer is played as: cut after the first EOS or at the turn's cap,
         ended with EOS when shorter."""
+        return self._played(self._tokens(answer))
+
+    def _tokens(self, answer: str) -> list[int]:
+        """The answer's tokens, uncut (a str of valid text, else an error naming the role)."""
         if not isinstance(answer, str):
             raise TypeError(f"action must be the answer as a str, got {answer!r} "
                             f"({type(answer).__name__})")
@@ -148,8 +152,12 @@ class raw_text_env(AECEnv):
             raise ValueError(f"the {role}'s answer "
                              f"{answer!r:.80} is not valid text: {err.reason} at character "
                              f"{err.start} ({answer[err.start]!r})") from None
+        return self.tokenizer.encode(answer, add_special_tokens=False)
+
+    def _played(self, full: list[int]) -> list[int]:
+        """`encode`'s cut of the uncut tokens."""
         eos, cap = self.tokenizer.eos_token_id, self.tokens.answer_cap
-        ids = self.tokenizer.encode(answer, add_special_tokens=False)[:cap]
+        ids = full[:cap]
         if eos in ids:
             ids = ids[: ids.index(eos) + 1]
         return ids + [eos] if len(ids) < cap and (not ids or ids[-1] != eos) else ids
@@ -160,17 +168,17 @@ class raw_text_env(AECEnv):
         if self.tokens.terminations[agent] or self.tokens.truncations[agent]:
             self.tokens.step(action)
             return
-        ids = self.encode(action)
+        full = self._tokens(action)
+        ids = self._played(full)
         for token in ids:
             self.tokens.step(token)
-        self.tokens.infos[agent].update(self.answer_flags(action, ids))
+        self.tokens.infos[agent].update(self.answer_flags(action, full, ids))
 
-    def answer_flags(self, answer: str, played: list[int]) -> dict:
-        """What became of an answer: "answer_cut_tokens", the tokens past the turn's cap (0:
-        none), and "answer_played_as", the text played when the tokenizer could not keep the
-        answer as given (words it does not know), else None."""
+    def answer_flags(self, answer: str, full: list[int], played: list[int]) -> dict:
+        """What became of an answer (its `full` tokens, the `played` ones): "answer_cut_tokens",
+        the tokens past the turn's cap (0: none), and "answer_played_as", the text played when
+        the tokenizer could not keep the answer as given (words it does not know), else None."""
         eos = self.tokenizer.eos_token_id
-        full = self.tokenizer.encode(answer, add_special_tokens=False)
         content = full[: full.index(eos)] if eos in full else full
         cut = max(0, len(content) - self.tokens.answer_cap)
         kept = [t for t in played if t != eos]

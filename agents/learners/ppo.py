@@ -33,7 +33,7 @@ from torch import Tensor
 from cory_env.checks import check_int
 from cory_env.config import check_fields, meta
 
-from ..llm.rollout import full_kl
+from ..llm.logits import full_kl
 
 KL_PENALTIES = ("kl", "abs", "mse", "full")
 KL_IN = ("reward", "loss")

@@ -170,10 +170,15 @@ def cache_kwarg(model: nn.Module) -> str:
 # ------------------------------------------------------------------------------- checks
 def model_positions(folder) -> int | None:
     """The positions a local model folder's config.json allows (None: unknown or not local)."""
-    config = _config(folder)
+    return config_positions(_config(folder))
+
+
+def config_positions(config) -> int | None:
+    """The positions a model config (a dict or a transformers config) allows, None if unknown."""
+    get = config.get if isinstance(config, dict) else lambda k: getattr(config, k, None)
     for key in ("n_positions", "max_position_embeddings", "n_ctx"):
-        if isinstance(config.get(key), int):
-            return config[key]
+        if isinstance(get(key), int):
+            return get(key)
     return None
 
 

@@ -85,6 +85,13 @@ def token_logprobs(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     return (*out, z.reshape(*shape, -1)) if logits else out
 
 
+def full_kl(logsoftmax: torch.Tensor, ref_logsoftmax: torch.Tensor) -> torch.Tensor:
+    """Exact KL(p || q) = sum_v p (log p - log q) over the last (vocab) dim; >= 0."""
+    p = logsoftmax.exp()
+    diff = torch.where(p > 0, logsoftmax - ref_logsoftmax, torch.zeros_like(p))  # 0 log 0 = 0
+    return (p * diff).sum(-1).clamp_min(0.0)
+
+
 @torch.no_grad()
 def kl_to_reference(own: torch.Tensor, ref: torch.Tensor, tokens: torch.Tensor,
                     rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -99,8 +106,6 @@ def kl_to_reference(own: torch.Tensor, ref: torch.Tensor, tokens: torch.Tensor,
     for i in range(0, len(a), rows):
         lp = F.log_softmax(a[i:i + rows].float(), dim=-1)
         lq = F.log_softmax(b[i:i + rows].float(), dim=-1)
-        p = lp.exp()
-        diff = torch.where(p > 0, lp - lq, torch.zeros_like(p))  # 0 log 0 = 0
-        kl[i:i + rows] = (p * diff).sum(-1).clamp_min(0.0)
+        kl[i:i + rows] = full_kl(lp, lq)
         ref_lp[i:i + rows] = lq.gather(-1, t[i:i + rows]).squeeze(-1)
     return kl.reshape(shape), ref_lp.reshape(shape)

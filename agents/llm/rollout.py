@@ -25,13 +25,6 @@ from .sampling import Step
 CHUNK = 32  # rows of one reference (and, where needed, full) pass
 
 
-def full_kl(logsoftmax: torch.Tensor, ref_logsoftmax: torch.Tensor) -> torch.Tensor:
-    """Exact KL(p || q) = sum_v p (log p - log q) over the last (vocab) dim; >= 0."""
-    p = logsoftmax.exp()
-    diff = torch.where(p > 0, logsoftmax - ref_logsoftmax, torch.zeros_like(p))  # 0 log 0 = 0
-    return (p * diff).sum(-1).clamp_min(0.0)
-
-
 @dataclass
 class Turn:
     """One agent's finished turn over a batch; per-token tensors are (B, T)."""

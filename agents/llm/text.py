@@ -18,6 +18,7 @@ import torch
 
 from cory_env.config import load_tokenizer
 
+from .loading import config_positions
 from .rollout import decode
 from .sampling import SamplingConfig
 
@@ -50,11 +51,7 @@ class TextPolicy:
 
     def positions(self) -> int | None:
         """The positions the policy's model allows (None: unknown)."""
-        config = getattr(getattr(self.policy, "hf_model", None), "config", None)
-        for key in ("n_positions", "max_position_embeddings", "n_ctx"):
-            if isinstance(getattr(config, key, None), int):
-                return getattr(config, key)
-        return None
+        return config_positions(getattr(getattr(self.policy, "hf_model", None), "config", None))
 
     def __call__(self, prompt: str) -> str:
         """The policy's answer to one prompt (EOS left out)."""

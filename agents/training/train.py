@@ -33,7 +33,13 @@ from cory_env.pretrained import check_model, resolve_model
 from ..learners.base import LearnerConfig, resolve_method
 from ..learners.comm import Comm
 from ..learners.ppo import KLConfig, PPOConfig
-from ..llm.loading import LoraSettings, check_adapter_base, check_weights, model_positions
+from ..llm.loading import (
+    LoraSettings,
+    check_adapter_base,
+    check_weights,
+    config_positions,
+    model_positions,
+)
 from ..llm.policy import LLMPolicy
 from ..llm.rollout import rollout
 from ..llm.sampling import SamplingConfig
@@ -436,8 +442,7 @@ def check_positions(env, policies: dict, joint: tuple[str, ...] = ()) -> None:
         return
     for name, policy in policies.items():
         config = policy.hf_model.config
-        limit = getattr(config, "n_positions", None) or getattr(
-            config, "max_position_embeddings", None)
+        limit = config_positions(config)
         need = ep.L + (ep.n_turns - 1) * ep.T if name in joint else ep.L
         if limit and need > limit:
             warnings.warn(f"{name}'s model reads at most {limit} positions, but a chain of "

@@ -50,8 +50,7 @@ def test_without_an_entropy_gradient_only_the_log_probs_flow_back():
 
 
 def test_the_blockwise_kl_equals_the_exact_kl_and_is_zero_for_one_model():
-    from agents.llm.logits import kl_to_reference
-    from agents.llm.rollout import full_kl
+    from agents.llm.logits import full_kl, kl_to_reference
 
     g = torch.Generator().manual_seed(2)
     own, ref = torch.randn(3, 5, 41, generator=g), torch.randn(3, 5, 41, generator=g)

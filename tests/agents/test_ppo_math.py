@@ -35,7 +35,7 @@ from agents.learners.shaping import (
     scale_scores,
     token_rewards,
 )
-from agents.llm.rollout import full_kl
+from agents.llm.logits import full_kl
 from benchmarks.presets import IMDB_PPO as IMDB_PRESET
 from benchmarks.presets import gsm8k_ppo as gsm8k_preset
 
