@@ -14,17 +14,23 @@ server answers for the other roles with their functions (`--policy ROLE=module:n
 tokens for a role without one). When the episode ends the observation is done, its reward
 is the client's role's (the team's, r_pio + r_obs, under the collective reward), and it
 holds every role's task reward and answer. `state` is the episode's transcript.
-Each WebSocket session gets its own env; OpenEnv's HTTP reset/step are one-shot calls.
+Each WebSocket session gets its own env; OpenEnv's HTTP reset/step are one-shot calls, each on
+a fresh env (a step there is refused with 409, since no episode was started on that env).
+It runs as a service (`cory_env.service`): at most `--max-sessions` sessions at once, each
+bad frame answered by name with the session kept, idle sessions closed after
+`--idle-timeout` seconds, one log line per session, and a clean exit on SIGTERM.
 Needs `pip install 'cory[openenv]'`.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 try:
+    from fastapi.responses import JSONResponse
     from openenv.core.env_server import Action, Environment, Observation, State, create_fastapi_app
 except ModuleNotFoundError as err:  # an optional extra
     raise ModuleNotFoundError(f"cory_env.openenv needs openenv-core ({err}): "
@@ -32,7 +38,12 @@ except ModuleNotFoundError as err:  # an optional extra
 
 from .core import role_names
 from .demo import Policy, parse_policies, play_role, seat
+from .service import Sessions, serve
 from .text import text_env
+
+
+class OutOfOrder(RuntimeError):
+    """A step with no episode running (before reset, or after the episode ended)."""
 
 
 class CoryAction(Action):
@@ -83,9 +94,9 @@ class CoryOpenEnv(Environment):
              **kwargs: Any) -> CoryObservation:
         """Play the client's answer, then the hosted roles, up to the client's next turn."""
         if not self._started:
-            raise RuntimeError("step before reset: call reset() first")
+            raise OutOfOrder("step before reset: call reset() first")
         if self._done():
-            raise RuntimeError("the episode is over: reset() first")
+            raise OutOfOrder("the episode is over: reset() first")
         if not isinstance(getattr(action, "answer", None), str):
             raise ValueError(f"the action's field 'answer' must be a str, got {action!r:.80}")
         self.game.step(action.answer)
@@ -120,11 +131,20 @@ class CoryOpenEnv(Environment):
             answers={i["role"]: i["response"] for i in infos.values()})
 
 
-def app(role: str | None = None, policies: Mapping[str, Policy] | None = None, **config):
-    """The FastAPI app serving a fresh `CoryOpenEnv(role, policies, **config)` per session."""
-    CoryOpenEnv(role, policies, **config)  # bad settings fail here, before serving
-    return create_fastapi_app(lambda: CoryOpenEnv(role, policies, **config), CoryAction,
-                              CoryObservation, max_concurrent_envs=8)
+def app(role: str | None = None, policies: Mapping[str, Policy] | None = None,
+        max_sessions: int = 8, idle_s: float = 300.0, **config) -> Sessions:
+    """The ASGI app serving a fresh `CoryOpenEnv(role, policies, **config)` per session."""
+    Sessions.check(max_sessions, idle_s)  # bad settings fail here, before serving
+    CoryOpenEnv(role, policies, **config)
+    inner = create_fastapi_app(lambda: CoryOpenEnv(role, policies, **config), CoryAction,
+                               CoryObservation, max_concurrent_envs=max_sessions)
+    inner.add_exception_handler(OutOfOrder, lambda _, err: JSONResponse(
+        {"detail": f"{err}; HTTP /reset and /step are one-shot calls, each on a fresh env: "
+                   f"play an episode over the WebSocket /ws, as OpenEnv's clients do"}, 409))
+    for bad_value in (ValueError, TypeError):
+        inner.add_exception_handler(bad_value, lambda _, err: JSONResponse({"detail": str(err)},
+                                                                           422))
+    return Sessions(inner, CoryAction, max_sessions=max_sessions, idle_s=idle_s)
 
 
 def main(argv=None) -> None:
@@ -138,20 +158,24 @@ def main(argv=None) -> None:
     p.add_argument("--n-agents", type=int, default=2)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--max-sessions", type=int, default=8, help="client sessions at once")
+    p.add_argument("--idle-timeout", type=float, default=300.0, metavar="SECONDS",
+                   help="close a session that sends nothing for this long")
     args = p.parse_args(argv)
     try:
         policies = parse_policies(args.policy, role_names(args.n_agents))
-        server = app(args.role, policies, task=args.task, n_agents=args.n_agents)
+        server = app(args.role, policies, args.max_sessions, args.idle_timeout,
+                     task=args.task, n_agents=args.n_agents)
     except ValueError as err:
         p.error(str(err))
-    import uvicorn
-
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     hosted = ", ".join(f"{r}={'given' if r in policies else 'random'}"
                        for r in role_names(args.n_agents) if r != args.role)
     print(f"cory_env.openenv: task {args.task!r}, the client plays "
           f"{args.role or 'every role in turn'}" + (f"; hosted: {hosted}" if args.role else "")
-          + f"; http://{args.host}:{args.port}", flush=True)
-    uvicorn.run(server, host=args.host, port=args.port)
+          + f"; at most {args.max_sessions} sessions, idle ones closed after "
+          f"{args.idle_timeout:g} s; ws://{args.host}:{args.port}/ws", flush=True)
+    serve(server, args.host, args.port)
 
 
 if __name__ == "__main__":

@@ -120,3 +120,32 @@ def test_step_before_reset_and_a_bad_action_are_named():
 
     with pytest.raises(ValueError, match="field 'answer' must be a str"):
         env.step(Odd())
+
+
+def test_http_calls_out_of_order_or_with_bad_values_are_named_not_500():
+    from fastapi.testclient import TestClient
+
+    with TestClient(app("observer", task="course")) as http:
+        step = http.post("/step", json={"action": {"answer": "red"}})
+        assert step.status_code == 409
+        assert "step before reset" in step.json()["detail"] and "/ws" in step.json()["detail"]
+        reset = http.post("/reset", json={"seed": 1, "options": "x"})
+        assert reset.status_code == 422
+        assert reset.json()["detail"] == "reset options must be a dict or None, got 'x'"
+        assert http.post("/reset", json={"seed": 2}).json()["observation"]["role"] == "observer"
+
+
+@pytest.mark.parametrize("bad", [{"max_sessions": 0}, {"max_sessions": 2.5}, {"idle_s": 0},
+                                 {"idle_s": -1.0}])
+def test_a_service_bound_that_serves_no_one_is_refused_by_name(bad):
+    value = str(next(iter(bad.values())))
+    with pytest.raises(ValueError, match=f"got {value}"):
+        app("observer", task="course", **bad)
+
+
+def test_the_cli_refuses_a_bad_bound_before_serving(capsys):
+    from cory_env.openenv import main
+
+    with pytest.raises(SystemExit):
+        main(["--max-sessions", "0"])
+    assert "max_sessions must be an int >= 1, got 0" in capsys.readouterr().err

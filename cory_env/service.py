@@ -1,0 +1,218 @@
+"""The OpenEnv server as a service: bounded, checked, logged and idle-closed WebSocket sessions.
+
+`Sessions(app, action_cls, max_sessions=8, idle_s=300)` wraps OpenEnv's ASGI app
+(`cory_env.openenv.app`) without changing its protocol:
+- at most `max_sessions` sessions at once; one more gets an error frame ("server full: ...",
+  code CAPACITY_REACHED, which OpenEnv's clients raise) and a close with 1013, try again later;
+- a frame that is not a JSON object of a known type, or a step whose action does not fit
+  `action_cls`, is answered with an error frame that names what is wrong, and the session goes on;
+- a session that sends nothing for `idle_s` seconds is closed with 1001 and the reason;
+- a client that leaves at any moment ends its session quietly (no traceback in the log);
+- each session ends with one log line: number, peer, episodes, steps, errors, seconds, and why
+  it ended (client closed, client vanished, idle, server stopping, refused).
+`serve(sessions, host, port)` runs it under uvicorn until SIGTERM or SIGINT, closes every
+session with 1012 (service restart), logs what it served and returns, so the process exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import signal
+import time
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ValidationError
+
+log = logging.getLogger("cory_env.openenv")
+TYPES = ("reset", "step", "state", "close", "mcp")  # OpenEnv's WebSocket message types
+ENDINGS = {1000: "client closed", 1001: "client went away", 1012: "server stopping"}
+
+
+@dataclass
+class Session:
+    """One WebSocket client session's counts, as its log line reports them."""
+
+    number: int
+    peer: str
+    start: float = field(default_factory=time.monotonic)
+    episodes: int = 0
+    steps: int = 0
+    errors: int = 0
+    asked: str = ""  # the type of the last message passed to the app
+    ended: str = ""  # why the session ended, once known
+    closed: bool = False  # a close was sent or the client is gone: nothing more to send
+
+    def line(self) -> str:
+        """The session's one log line."""
+        return (f"session {self.number} {self.peer}: {self.episodes} episodes, {self.steps} steps, "
+                f"{self.errors} errors, {time.monotonic() - self.start:.1f} s; "
+                f"{self.ended or 'ended'}")
+
+
+def error_frame(message: str, code: str) -> str:
+    """An OpenEnv error frame (what its clients raise as 'Server error: ...')."""
+    return json.dumps({"type": "error", "data": {"message": message, "code": code}})
+
+
+def named(err: ValidationError, action_cls: type[BaseModel]) -> str:
+    """A validation error as one line naming each bad field, and the fields an action has."""
+    fields = ", ".join(f"{n!r}" for n, f in action_cls.model_fields.items() if f.is_required())
+    parts = "; ".join(f"field {'.'.join(map(str, e['loc'])) or '(the action)'!r}: {e['msg']}"
+                      for e in err.errors())
+    return f"bad action: {parts} (an action has the field(s) {fields})"
+
+
+class Sessions:
+    """ASGI middleware that runs OpenEnv's WebSocket sessions as a service (module docstring)."""
+
+    def __init__(self, app, action_cls: type[BaseModel], max_sessions: int = 8,
+                 idle_s: float = 300.0):
+        self.check(max_sessions, idle_s)
+        self.app, self.action_cls = app, action_cls
+        self.max_sessions, self.idle_s = max_sessions, float(idle_s)
+        self.live: dict[int, Session] = {}
+        self.numbers = itertools.count(1)
+        self.served = self.refused = 0
+
+    @staticmethod
+    def check(max_sessions: int, idle_s: float) -> None:
+        """Refuse a bound or a timeout that cannot serve anyone, naming the value."""
+        if isinstance(max_sessions, bool) or not isinstance(max_sessions, int) or max_sessions < 1:
+            raise ValueError(f"max_sessions must be an int >= 1, got {max_sessions!r}")
+        if isinstance(idle_s, bool) or not isinstance(idle_s, (int, float)) or not idle_s > 0:
+            raise ValueError(f"the idle timeout must be > 0 seconds, got {idle_s!r}")
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "websocket":
+            return await self.app(scope, receive, send)
+        client = scope.get("client") or ("?", 0)
+        session = Session(next(self.numbers), f"{client[0]}:{client[1]}")
+        if len(self.live) >= self.max_sessions:
+            return await self._refuse(session, receive, send)
+        self.live[session.number] = session
+        try:
+            await self.app(scope, self._receiver(session, receive, send),
+                           self._sender(session, send))
+        except Exception:
+            if not session.closed:  # a fault while the client is still there: keep it loud
+                session.ended = session.ended or "server error"
+                raise
+        finally:
+            del self.live[session.number]
+            self.served += 1
+            log.info(session.line())
+
+    async def _refuse(self, session: Session, receive, send) -> None:
+        self.refused += 1
+        reason = (f"server full: {self.max_sessions} of {self.max_sessions} sessions in use; "
+                  f"try again later")
+        session.ended = f"refused ({reason})"
+        try:
+            await receive()  # the handshake
+            await send({"type": "websocket.accept"})
+            try:  # answer the client's first message, so that its client raises our reason
+                await asyncio.wait_for(receive(), min(self.idle_s, 10.0))
+            except asyncio.TimeoutError:
+                pass
+            await send({"type": "websocket.send", "text": error_frame(reason, "CAPACITY_REACHED")})
+            await send({"type": "websocket.close", "code": 1013, "reason": "server full"})
+        except OSError:
+            pass
+        log.info(session.line())
+
+    def _receiver(self, session: Session, receive, send):
+        """`receive` that answers bad frames itself, closes idle sessions and notes endings."""
+        safe_send = self._sender(session, send)
+
+        async def gated():
+            while True:
+                try:
+                    message = await asyncio.wait_for(receive(), self.idle_s)
+                except asyncio.TimeoutError:
+                    session.ended = f"idle for {self.idle_s:g} s"
+                    await safe_send({"type": "websocket.close", "code": 1001,
+                                     "reason": session.ended})
+                    return {"type": "websocket.disconnect", "code": 1001}
+                if message["type"] == "websocket.disconnect":
+                    session.closed = True
+                    session.ended = session.ended or ENDINGS.get(message.get("code"),
+                                                                 "client vanished")
+                    return message
+                if message["type"] != "websocket.receive":
+                    return message
+                problem = self._problem(message, session)
+                if problem is None:
+                    return message
+                await safe_send({"type": "websocket.send",
+                                 "text": error_frame(problem, "VALIDATION_ERROR")})
+
+        return gated
+
+    def _problem(self, message: dict, session: Session) -> str | None:
+        """What is wrong with a client's frame, or None to pass it on."""
+        text = message.get("text")
+        if text is None:
+            return "send text frames holding JSON; got a binary frame"
+        try:
+            frame = json.loads(text)
+        except ValueError as err:
+            return f"not JSON ({err}): {text[:60]!r}"
+        if not isinstance(frame, dict):
+            return f"a message is a JSON object with a 'type'; got a {type(frame).__name__}"
+        kind, data = frame.get("type"), frame.get("data", {})
+        if kind not in TYPES:
+            return f"unknown message type {kind!r}; the types are {', '.join(TYPES)}"
+        if not isinstance(data, dict):
+            return f"a {kind} message's 'data' must be a JSON object; got {data!r:.60}"
+        if kind == "step":
+            try:
+                self.action_cls.model_validate(data)
+            except ValidationError as err:
+                return named(err, self.action_cls)
+        session.asked = kind
+        if kind == "close":
+            session.ended = "client closed"
+        return None
+
+    def _sender(self, session: Session, send):
+        """`send` that counts replies and drops what cannot reach a gone client."""
+
+        async def safe(message):
+            if session.closed:
+                return
+            if message["type"] == "websocket.close":
+                session.closed = True
+            elif message["type"] == "websocket.send":
+                reply = message.get("text") or ""
+                if reply.startswith('{"type":"error"') or reply.startswith('{"type": "error"'):
+                    session.errors += 1
+                elif reply.startswith('{"type":"observation"'):
+                    session.episodes += session.asked == "reset"
+                    session.steps += session.asked == "step"
+            try:
+                await send(message)
+            except OSError:  # the client left while we answered
+                session.closed = True
+                session.ended = session.ended or "client vanished"
+
+        return safe
+
+
+def serve(sessions: Sessions, host: str, port: int, log_level: str = "warning") -> None:
+    """Serve until SIGTERM or SIGINT, close every session (1012), log the totals and return."""
+    import uvicorn
+
+    caught: list[int] = []
+    previous = {s: signal.signal(s, lambda n, _: caught.append(n))
+                for s in (signal.SIGTERM, signal.SIGINT)}
+    try:  # uvicorn handles the signal, then raises it again: ours records it instead
+        uvicorn.run(sessions, host=host, port=port, log_level=log_level,
+                    timeout_graceful_shutdown=5)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    why = f" on {signal.Signals(caught[0]).name}" if caught else ""
+    log.info(f"stopped{why}: {sessions.served} sessions served, {sessions.refused} refused")
