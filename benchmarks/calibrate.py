@@ -29,6 +29,8 @@ import numpy as np
 from cory_env.files import atomic_write
 
 from . import claims as cl
+from .evidence import MEANINGFUL, gather
+from .frontier import LEVELS
 from .records import RunData
 from .stats import change
 
@@ -105,11 +107,11 @@ def truths(world: World) -> dict[str, str]:
     curve = {m: world.walk(m).curve(u) for m in METHODS}
     if not world.walk("ppo").learns:
         return dict.fromkeys(CLAIMS, "untestable")
-    delta = cl.MEANINGFUL  # the reward scale of an exact-match task is 1
+    delta = MEANINGFUL  # the reward scale of an exact-match task is 1
     (rp, kp), (rc, kc) = curve["ppo"], curve["cory"]
     ep, ec = world.walk("ppo").efficiency, world.walk("cory").efficiency
     ratio = math.log(ec / ep)
-    budgets = [f * min(kp[-1], kc[-1]) for f in cl.LEVELS]
+    budgets = [f * min(kp[-1], kc[-1]) for f in LEVELS]
     frontier = lambda w, k: BASE + GAIN * (1 - math.exp(-w.efficiency * k / SCALE_KL))  # noqa: E731
     gap = float(np.mean([frontier(world.walk("cory"), k) - frontier(world.walk("ppo"), k)
                          for k in budgets]))
@@ -168,7 +170,7 @@ def rates(world: World, seeds: int, replicates: int, seed: int = 0) -> dict[str,
         for c, status in verdicts(data).items():
             if status in counts.get(c, {}):
                 counts[c][status] += 1
-        gains = cl.gather(data, TASK, None, list(learned)).gains
+        gains = gather(data, TASK, None, list(learned)).gains
         for m in learned:
             learned[m] += gains[m].above(0)
     out = {"gate": {"truth": "true" if world.walk("ppo").learns else "false",

@@ -50,25 +50,28 @@ import numpy as np
 
 from agents.training.stats import ALPHA, detectable_effect, holm
 
+from .evidence import MIN_SEEDS, Inputs, gather, missing_methods
+from .frontier import (
+    levels_text,
+    log_kl,
+    log_kl_ratios,
+    matched_kl_ratio,
+    matched_reward_gap,
+    ratio_text,
+    reward_levels,
+    sliver,
+)
 from .records import RunData, Trajectory
 from .stats import (
     Interval,
     change,
-    common_range,
-    envelope,
-    kl_at_reward,
     mean_interval,
-    reward_at_kl,
 )
 
 SUPPORTED, CONTRADICTED, INCONCLUSIVE = "supported", "contradicted", "inconclusive"
 ABLATIONS = ("cory-no-kt", "cory-no-re")
-MIN_SEEDS, MIN_POINTS = 3, 5
-LEVELS = (0.25, 0.5, 0.75, 1.0)  # matched points: these fractions of the shared range
-MEANINGFUL = 0.10  # a reward change or gap within ±10% of the task's reward scale is negligible
 KL_RATIO = 2.0  # claim (1)'s "more than twice"
 KL_MARGIN = math.log(1.1)  # a KL ratio within ×/÷ 1.1 of a threshold is negligible
-KL_FLOOR = 1e-6  # log KL of a point at KL 0
 
 
 @dataclass
@@ -121,164 +124,6 @@ def untested(name: str, reason: str, numbers: str = "", **ivs: Interval) -> Clai
 
 
 # ------------------------------------------------------------------------------- inputs
-@dataclass
-class Inputs:
-    """The smoothed trajectories of the compared methods on the seeds they share."""
-
-    trajectories: dict[str, dict[int, Trajectory]]
-    seeds: list[int]
-    scale: float  # the compared methods' reward scale (MEANINGFUL of it is negligible)
-    problem: str = ""  # why no verdict can be given, if so
-    gains: dict[str, Interval] = field(default_factory=dict)  # mean gain over the base (gate)
-    best: dict[str, Interval] = field(default_factory=dict)  # best smoothed gain (descriptive)
-    raw: dict[str, dict[int, Trajectory]] = field(default_factory=dict)
-    left_out: str = ""  # the seeds left out and why
-
-    def per_seed(self, method: str) -> list[Trajectory]:
-        """The method's smoothed trajectories in seed order (trends, final points)."""
-        return [self.trajectories[method][s] for s in self.seeds]
-
-    def points(self, method: str) -> list[Trajectory]:
-        """The method's raw points in seed order (frontiers: smoothing neighbours along a
-        convex frontier moves them off it, the more so for a method that moves faster)."""
-        return [self.raw[method][s] for s in self.seeds]
-
-    @property
-    def delta(self) -> float:
-        """The negligible band's half-width δ."""
-        return MEANINGFUL * self.scale
-
-
-def left_out(data: RunData, task: str, eta, methods: list[str], seeds: list[int]) -> str:
-    """The seeds some compared method has records of but that are not used, and why."""
-    every = {m: data.trajectories(task, m, eta, complete=False) for m in methods}
-    full = {m: max((len(t.iterations) for t in every[m].values()), default=0) for m in methods}
-    why = {}
-    for s in sorted(set().union(*every.values()) - set(seeds)):
-        why[s] = ", ".join(f"no {m} records" if s not in every[m] else
-                           f"{m} has {len(every[m][s].iterations)} of {full[m]} evaluation points"
-                           for m in methods
-                           if s not in every[m] or len(every[m][s].iterations) < full[m])
-    return "; ".join(f"seed {s} left out ({w})" for s, w in why.items())
-
-
-def learning_gate(method: str, gain: Interval, per_seed: list[float], delta: float) -> str:
-    """Why a method's learning is not shown ("" when its mean gain's interval is above 0)."""
-    if gain.above(0):
-        return ""
-    if gain.below(0):
-        return f"{method} did not learn: its mean alone reward over the base is {gain}, below 0"
-    if gain.within(-delta, delta):
-        return (f"{method} did not learn measurably: its mean alone reward over the base is "
-                f"{gain}, within ±{delta:.3g}")
-    seeds = ", ".join(f"{g:+.3g}" for g in per_seed)
-    return (f"{method}'s learning is not shown at {gain.n} seeds (which does not say it did not "
-            f"learn): its mean alone reward over the base is {gain}, per seed {seeds}")
-
-
-def gather(data: RunData, task: str, eta, methods: list[str]) -> Inputs:
-    """The claim inputs, with `problem` set when a verdict cannot be given."""
-    raw = {m: data.trajectories(task, m, eta) for m in methods}  # every point only
-    seeds = sorted(set.intersection(*(set(t) for t in raw.values()))) if raw else []
-    trajs = {m: {s: t[s].smoothed() for s in seeds} for m, t in raw.items()}
-    out = Inputs(trajs, seeds, data.alone_reward_scale(task, methods),
-                 raw={m: {s: t[s] for s in seeds} for m, t in raw.items()},
-                 left_out=left_out(data, task, eta, methods, seeds))
-    problems = []
-    if len(seeds) < MIN_SEEDS:
-        problems.append(f"too few seeds: {len(seeds)} < {MIN_SEEDS}")
-    points = min((len(raw[m][s].iterations) for m in raw for s in seeds), default=0)
-    if points < MIN_POINTS:
-        problems.append(f"too few evaluation points: {points} < {MIN_POINTS}")
-    for m in methods:  # the mean over the points after the base, minus the base's own point
-        per_seed = [raw[m][s].mean_gain() for s in seeds]
-        out.gains[m] = mean_interval(per_seed)
-        out.best[m] = mean_interval([trajs[m][s].reward.max() - raw[m][s].reward[0]
-                                     for s in seeds])
-        if len(seeds) >= 2 and (why := learning_gate(m, out.gains[m], per_seed, out.delta)):
-            problems.append(why)
-    out.problem = "; ".join(problems)
-    return out
-
-
-def _missing(data: RunData, task: str, eta, methods) -> list[str]:
-    """Methods without alone-evaluation records on this task."""
-    return [m for m in methods if not data.trajectories(task, m, eta)]
-
-
-def _log(x: float) -> float:
-    """log of a KL, floored at KL_FLOOR (NaN stays NaN)."""
-    return math.log(max(x, KL_FLOOR)) if math.isfinite(x) else math.nan
-
-
-# ------------------------------------------------------------------------------- frontier
-def reward_levels(curves: list[Trajectory]) -> list[float]:
-    """LEVELS of the best-reward range every curve observed (none when they share none)."""
-    lo, hi = common_range([(t.kl, t.reward) for t in curves], "reward")
-    return [min(lo + f * (hi - lo), hi) for f in LEVELS] if hi > lo else []
-
-
-def kl_levels(curves: list[Trajectory]) -> list[float]:
-    """LEVELS of the KL range every curve observed (none when they share none)."""
-    lo, hi = common_range([(t.kl, t.reward) for t in curves], "kl")
-    return [min(lo + f * (hi - lo), hi) for f in LEVELS] if hi > lo else []
-
-
-SLIVER = 0.25  # a matched range under this share of the widest seed's own range is a sliver
-
-
-def sliver(curves: list[Trajectory], axis: str) -> str:
-    """A note when the range every curve shares is a sliver of the widest curve's own range
-    (the figure then rests on little of what the methods covered), else ""."""
-    lo, hi = common_range([(t.kl, t.reward) for t in curves], axis)
-    own = [(r[-1] - r[0]) if axis == "reward" else (k[-1] - k[0])
-           for k, r in (envelope(t.kl, t.reward) for t in curves)]
-    widest = max(own, default=0.0)
-    if not hi > lo or not widest > 0 or (hi - lo) / widest >= SLIVER:
-        return ""
-    return (f" The shared {axis} range is a sliver ({100 * (hi - lo) / widest:.0f}% of the "
-            f"widest seed's own): this figure rests on little overlap.")
-
-
-def log_kl_ratios(a: list[Trajectory], b: list[Trajectory], levels: list[float]) -> list[float]:
-    """Per seed, the mean over reward levels of log(KL_a / KL_b) at that reward."""
-    return [float(np.mean([_log(kl_at_reward(x.kl, x.reward, r))
-                           - _log(kl_at_reward(y.kl, y.reward, r)) for r in levels]))
-            if levels else math.nan for x, y in zip(a, b)]
-
-
-def matched_kl_ratio(a: list[Trajectory], b: list[Trajectory]) -> tuple[Interval, list[float]]:
-    """log(KL_a / KL_b) at matched rewards (LEVELS of the best-reward range every seed of both
-    observed), per seed; (interval of the mean, the levels)."""
-    levels = reward_levels(a + b)
-    return mean_interval(log_kl_ratios(a, b, levels)), levels
-
-
-def matched_reward_gap(a: list[Trajectory], b: list[Trajectory]) -> tuple[Interval, list[float]]:
-    """reward_a − reward_b at matched KL budgets (LEVELS of the KL range every seed of both
-    observed), per seed; (interval of the mean, the budgets)."""
-    budgets = kl_levels(a + b)
-    per_seed = [float(np.mean([reward_at_kl(x.kl, x.reward, k) - reward_at_kl(y.kl, y.reward, k)
-                               for k in budgets])) if budgets else math.nan
-                for x, y in zip(a, b)]
-    return mean_interval(per_seed), budgets
-
-
-def ratio_text(iv: Interval) -> str:
-    """A log-ratio interval as a ratio with its interval."""
-    if iv.n == 0 or not math.isfinite(iv.mean):
-        return "n/a"
-    e = lambda x: f"{math.exp(x):.3g}" if math.isfinite(x) else ("inf" if x > 0 else "0")  # noqa: E731
-    if iv.n == 1:
-        return f"{e(iv.mean)}× (1 seed: no interval)"
-    return f"{e(iv.mean)}× [95% CI {e(iv.low)}, {e(iv.high)}; n={iv.n} seeds]"
-
-
-def _levels(xs: list[float]) -> str:
-    """Matched points as text."""
-    return ", ".join(f"{x:.3g}" for x in xs) or "(none shared)"
-
-
 # ------------------------------------------------------------------------------- tests
 def tested(name: str, numbers: str, inp: Inputs, p_for: float, p_against: float,
            ivs: dict[str, Interval], sizes: dict[str, Interval], threshold: str = "0",
@@ -395,7 +240,7 @@ def kl_side(iv: Interval, at: float, who: str, than: str) -> Side:
 
 def _pair(data: RunData, task: str, eta, name: str) -> Inputs | Claim:
     """PPO's and CORY's inputs, or the inconclusive claim when either was not run."""
-    if _missing(data, task, eta, ["ppo", "cory"]):
+    if missing_methods(data, task, eta, ["ppo", "cory"]):
         return untested(name, "not run: needs alone-evaluations of ppo and cory on this task")
     return gather(data, task, eta, ["ppo", "cory"])
 
@@ -414,7 +259,7 @@ def claim_efficiency(data: RunData, task: str, eta) -> Claim:
     ppo, cory = inp.per_seed("ppo"), inp.per_seed("cory")
     gap = mean_interval([final_point(c, "reward") - final_point(p, "reward")
                          for p, c in zip(ppo, cory)])
-    ratio = mean_interval([_log(final_point(p, "kl")) - _log(final_point(c, "kl"))
+    ratio = mean_interval([log_kl(final_point(p, "kl")) - log_kl(final_point(c, "kl"))
                            for p, c in zip(ppo, cory)])
     d, lk = inp.delta, math.log(KL_RATIO)
     p_equal = max(gap.p_above(-d), gap.p_below(d))  # two one-sided tests
@@ -443,8 +288,8 @@ def claim_kl_at_reward(data: RunData, task: str, eta) -> Claim:
     if isinstance(inp, Claim):
         return inp
     iv, levels = matched_kl_ratio(inp.points("ppo"), inp.points("cory"))
-    numbers = (f"KL_PPO / KL_CORY at rewards {_levels(levels)} (25-100% of the best-reward range"
-               f" every seed observed): {ratio_text(iv)}; threshold {KL_RATIO:g}× ×/÷ "
+    numbers = (f"KL_PPO / KL_CORY at rewards {levels_text(levels)} (25-100% of the best-reward"
+               f" range every seed observed): {ratio_text(iv)}; threshold {KL_RATIO:g}× ×/÷ "
                f"{math.exp(KL_MARGIN):.3g}." + sliver(inp.points("ppo") + inp.points("cory"),
                                                        "reward"))
     return matched(name, numbers, inp, kl_side(iv, math.log(KL_RATIO), "PPO", "CORY"), levels,
@@ -459,9 +304,9 @@ def claim_reward_at_kl(data: RunData, task: str, eta) -> Claim:
         return inp
     iv, budgets = matched_reward_gap(inp.points("cory"), inp.points("ppo"))
     d = inp.delta
-    numbers = (f"reward_CORY − reward_PPO at KL {_levels(budgets)} nats (25-100% of the KL range"
-               f" every seed observed): {iv}; threshold ±δ = {d:.3g} (10% of the reward scale "
-               f"{inp.scale:.3g})." + sliver(inp.points("ppo") + inp.points("cory"), "kl"))
+    numbers = (f"reward_CORY − reward_PPO at KL {levels_text(budgets)} nats (25-100% of the KL"
+               f" range every seed observed): {iv}; threshold ±δ = {d:.3g} (10% of the reward "
+               f"scale {inp.scale:.3g})." + sliver(inp.points("ppo") + inp.points("cory"), "kl"))
     between = ("the gap lies within ±δ: no meaningful difference" if iv.within(-d, d) else
                "the gap's interval reaches into ±δ")
     side = Side(iv, -d, d, "CORY's reward is higher by more than δ",
@@ -540,7 +385,7 @@ def claim_combined(data: RunData, task: str, eta) -> Claim:
 def claim_ablations(data: RunData, task: str, eta) -> Claim:
     """(3): the ablations' mean log(KL_ablation / KL_CORY) at matched reward above the margin."""
     name = f"(3) no-knowledge-transfer and no-role-exchange need more KL than CORY [{task}]"
-    missing = _missing(data, task, eta, ["cory", *ABLATIONS])
+    missing = missing_methods(data, task, eta, ["cory", *ABLATIONS])
     if missing:
         return untested(name, f"not run: needs alone-evaluations of cory and "
                               f"{' and '.join(ABLATIONS)} on this task ({', '.join(missing)} "
@@ -551,8 +396,8 @@ def claim_ablations(data: RunData, task: str, eta) -> Claim:
     each = {m: log_kl_ratios(inp.points(m), cory, levels) for m in ABLATIONS}
     both = mean_interval([float(np.mean(x)) for x in zip(*each.values())])
     parts_ = "; ".join(f"{m} {ratio_text(mean_interval(v))}" for m, v in each.items())
-    numbers = (f"KL_ablation / KL_CORY at rewards {_levels(levels)}, the geometric mean of both:"
-               f" {ratio_text(both)} (threshold 1× ×/÷ {math.exp(KL_MARGIN):.3g}); each "
+    numbers = (f"KL_ablation / KL_CORY at rewards {levels_text(levels)}, the geometric mean of"
+               f" both: {ratio_text(both)} (threshold 1× ×/÷ {math.exp(KL_MARGIN):.3g}); each "
                f"(exploratory): {parts_}.")
     return matched(name, numbers, inp, kl_side(both, 0.0, "the ablations", "CORY"), levels,
                    "reward")

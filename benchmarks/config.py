@@ -2,7 +2,7 @@
 
     cfg = resolve_config("gsm8k", quick=True, device="cpu")   # preset, --quick, overrides
     for spec in run_specs(cfg):                                # task x eta x seed x method
-        train_config(cfg, spec)                     # -> agents.training.train.TrainConfig
+        train_config(cfg, spec)                     # -> agents.training.config.TrainConfig
 
 The sweep (tasks, methods, seeds, etas, evaluation) is BenchConfig's own; everything about one
 training run is `BenchConfig.train`, a `TrainConfig` whose task, method, seed and eta each run
@@ -22,8 +22,8 @@ from pathlib import Path
 from agents.learners.base import registered_methods, resolve_method
 from agents.training import cli
 from agents.training.checkpoint import config_differences, run_config
-from agents.training.train import TrainConfig, check_device, mini_batch_follows, upgrade_settings
-from cory_env import is_exact_match, offline_model, registered_tasks
+from agents.training.config import TrainConfig, check_device, mini_batch_follows, upgrade_settings
+from cory_env import is_exact_match, make_task, offline_model, registered_tasks
 from cory_env import task_options as cory_task_options
 from cory_env.checks import check_int
 from cory_env.config import meta
@@ -228,16 +228,20 @@ def task_options(cfg: BenchConfig, task: str) -> dict:
     return options
 
 
+QUICK_TOKENS = 12  # a smoke run's longest answers
+
+
 def quick_settings(cfg: BenchConfig) -> BenchConfig:
-    """Shrink any preset to a smoke run: one seed, 3 iterations, batch 8, 12-token answers."""
-    mini = math.gcd(setting(cfg, "mini_batch_size"), 8)
+    """Shrink any preset to a smoke run: one seed, 3 iterations, batch 8, answers of at most
+    QUICK_TOKENS (a task's own shorter default stays: `train_config`)."""
+    mini, tokens = math.gcd(setting(cfg, "mini_batch_size"), 8), setting(cfg, "max_new_tokens")
     cfg = dataclasses.replace(cfg, quick=True, seeds=cfg.seeds[:1], final_window=2,
                               checkpoint_every=1, eval_problems=min(cfg.eval_problems, 4),
                               eval_samples=4, pass_k=2, eval_batch_size=16, eval_every=None,
                               alone_queries=min(cfg.alone_queries, 16))
     return with_settings(cfg, iterations=3, batch_size=8, mini_batch_size=mini,
                          grad_accum_steps=1, ppo_epochs=1,
-                         max_new_tokens=min(setting(cfg, "max_new_tokens") or 12, 12))
+                         max_new_tokens=tokens and min(tokens, QUICK_TOKENS))
 
 
 def resolve_config(preset: str = "offline", quick: bool = False, **overrides) -> BenchConfig:
@@ -306,9 +310,12 @@ def train_config(cfg: BenchConfig, spec: RunSpec) -> TrainConfig:
     ppo = dataclasses.replace(t.ppo, lr=cfg.lr_for(spec.method), batch_size=t.batch_size, kl=kl)
     fixed_eta = None if kl.adaptive else kl.beta
     chain = resolve_method(spec.method).n_agents > 1  # --n-agents sets K of multi-agent methods
+    options, tokens = task_options(cfg, spec.task), t.max_new_tokens
+    if cfg.quick and tokens is None:  # the task's own answer length, at most QUICK_TOKENS
+        tokens = min(make_task(spec.task, **options).default_max_new_tokens, QUICK_TOKENS)
     return dataclasses.replace(t, task=spec.task, method=spec.method, seed=spec.seed,
                                model=cfg.model_for(spec.task), eta=fixed_eta,
-                               task_options=task_options(cfg, spec.task), ppo=ppo,
+                               task_options=options, ppo=ppo, max_new_tokens=tokens,
                                n_agents=t.n_agents if chain else None,
                                models=t.models if chain else {},
                                adapters=t.adapters if chain else {})

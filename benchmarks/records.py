@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from agents.training.config import upgrade_settings
 from agents.training.runlog import read_jsonl
-from agents.training.train import upgrade_settings
 from cory_env import is_exact_match
 
 from .stats import smooth

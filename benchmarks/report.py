@@ -118,7 +118,8 @@ def alone_table(data: RunData, task: str, eta) -> list[str]:
 
 def arms_table(data: RunData, task: str, eta) -> list[str]:
     """Every method against PPO on the frontier: KL at matched reward, reward at matched KL."""
-    from .claims import gather, matched_kl_ratio, matched_reward_gap, ratio_text
+    from .evidence import gather
+    from .frontier import matched_kl_ratio, matched_reward_gap, ratio_text
 
     methods = [m for m in data.methods(task, eta) if data.trajectories(task, m, eta)]
     if "ppo" not in methods or len(methods) < 2:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from agents.training.config import TrainConfig
 from agents.training.runlog import (
     RunLock,
     append_jsonl,
@@ -30,7 +31,7 @@ from agents.training.runlog import (
     read_jsonl,
     resume_ledger,
 )
-from agents.training.train import TrainConfig, Trainer
+from agents.training.train import Trainer
 from cory_env import offline_model
 from cory_env.files import atomic_write, remove_dir, remove_orphans
 from cory_env.text import copy_rate

@@ -1,10 +1,28 @@
 """The CORY AEC env: the pioneer writes its answer token by token, then the observer does.
 
+| Import             | `cory_env.env(task="sentiment")` (`parallel_env` for the parallel API) |
+|--------------------|------------------------------------------------------------------------|
+| Version            | `cory_v0` (`metadata["name"]`)                                         |
+| Agents             | `llm_0 .. llm_{K-1}`, K = `n_agents` (2)                               |
+| Actions            | `Discrete(vocab)`: one token id per step; `None` once done             |
+| Observations       | `{"observation": {"input_ids", "attention_mask"}}`, each `(context_len,)`: |
+|                    | the left-padded prompt and the answer so far (+ `"action_mask"`)       |
+| State              | every position's observation, concatenated (`state()`)                 |
+| Rewards            | 0 until the last position's turn ends; then every agent gets the sum of  |
+|                    | the K task rewards (`reward_mode="collective"`) or its own ("individual") |
+| Infos              | `role`, `task_reward`, `response`, and any prompt tokens cut           |
+
     env = cory_env.env(task="sentiment", max_new_tokens=8)
     env.reset(seed=0)
     for agent in env.agent_iter():
         obs, reward, term, trunc, info = env.last()
         env.step(None if term or trunc else env.action_space(agent).sample())
+
+**Arguments** (`cory_env.config.EnvConfig`, checked by name): `task`, `tokenizer`,
+`max_new_tokens` and `context_len` (None: the task's), `n_agents`, `rotation`, `swap_roles`,
+`knowledge_transfer`, `reward_mode`, `single_agent`, `render_mode`, `seed`, `split`,
+`action_mask`, `max_cycles`. Reset options: `rotation`, `swap_roles`, `order`, `queries`,
+`group_size`, `max_new_tokens`.
 
 Agents are `llm_0` and `llm_1`. With `swap_roles=False` llm_0 is the pioneer; the flag (or
 `reset(options={"swap_roles": True})`) makes llm_1 act first. That flag is CORY's role exchange.
@@ -18,6 +36,8 @@ and `rotation=r` (a config field or reset option) puts llm_{(k + r) mod K} at po
 `swap_roles` is the K = 2 spelling of rotation 1 (reset option "order": any permutation of
 the agents, kept until a rotation is given). Prompts grow with K: an unset context_len is
 fitted to the longest prompt, a given one that is too short is warned about.
+
+Version history: `cory_v0`, the first.
 """
 
 from __future__ import annotations

@@ -133,3 +133,37 @@ def test_agents_rooms_import_downward():
            for b in targets if b.startswith("agents.") and room(a) is not None
            and room(b) is not None and room(b) > room(a)]
     assert not bad, bad
+
+
+SOURCE = ("cory_env", "agents", "benchmarks", "examples", "tools")
+MAX_FILE_LINES, MAX_FUNCTION_LINES = 500, 60
+
+
+def source_files() -> list[Path]:
+    return sorted(p for package in SOURCE for p in (ROOT / package).rglob("*.py"))
+
+
+def test_no_source_file_is_over_500_lines():
+    long = {str(p.relative_to(ROOT)): n for p in source_files()
+            if (n := len(p.read_text().splitlines())) > MAX_FILE_LINES}
+    assert not long, f"split these files (lines): {long}"
+
+
+def test_no_function_of_the_packages_is_over_60_lines():
+    long = {}
+    for path in source_files():
+        if path.relative_to(ROOT).parts[0] == "tools":  # measuring scripts, read top to bottom
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    long[f"{path.relative_to(ROOT)}:{node.name}"] = n
+    assert not long, f"split these functions (lines): {long}"
+
+
+def test_no_package_rewrites_imports():
+    """Old module paths are not kept alive by import hooks: one name per module."""
+    for path in source_files():
+        text = path.read_text()
+        assert "sys.meta_path" not in text and "MetaPathFinder" not in text, path

@@ -1,22 +1,12 @@
 """Token-level PPO for LLM fine-tuning: the core maths and one update routine.
 
-Everything here is pure torch. Response tensors are (B, T) and come with a float
-``mask`` that is 1 on response tokens and 0 after EOS / on padding. Masked
-positions may hold garbage (even NaN or -inf); every function ignores them.
+Everything here is pure torch. Response tensors are (B, T) and come with a float ``mask``
+that is 1 on response tokens and 0 after EOS / on padding. Masked positions may hold garbage
+(even NaN or -inf); every function ignores them. The KL coefficient beta and everything
+about it is one `KLConfig` (``PPOConfig.kl``).
 
-The KL coefficient beta and everything about it is one `KLConfig` (``PPOConfig.kl``).
-
-KL as reward vs KL as loss. With ``kl.where="reward"`` (RLHF, TRL, CORY) every
-response token gets the reward -beta * KL_t and PPO treats it as a constant. The
-sampled log-ratio (``kl.penalty="kl"``) then has an expected gradient equal to
-the KL's gradient. The exact full-vocabulary KL (``kl.penalty="full"``, what the
-official CORY code uses) depends only on the state (the prefix), so PPO gets no
-direct gradient pulling the current token's distribution back toward the
-reference; only earlier tokens are blamed for reaching that state. An
-independent small check saw the KL climb past the adaptive target with ``full``
-as the reward, while the sampled log-ratio held it. With ``kl.where="loss"``
-(GRPO-style, as in OpenRLHF and verl) beta * masked_mean(k(logp, ref)) is added
-to the loss instead (k1/k2/k3 estimators), which gives that direct gradient.
+Where the KL acts (``kl.where``: "reward", the paper's and TRL's way, or "loss", GRPO's)
+and why the exact ``full`` KL gives no direct gradient as a reward: docs/learners.md.
 """
 
 from __future__ import annotations
@@ -40,9 +30,10 @@ KL_IN = ("reward", "loss")
 KL_LOSS_ESTIMATORS = ("k1", "k2", "k3")
 OLD_LOGPROBS = ("auto", "sampler", "recompute")
 LOSS_AGGS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+UPDATE_STATS = ("policy_loss", "value_loss", "loss", "kl_loss", "clipfrac", "value_clipfrac",
+                "approx_kl", "entropy", "ratio_mean", "grad_norm")  # averaged over steps
 
 
-# --------------------------------------------------------------------------- config
 @dataclass
 class KLConfig:
     """The KL coefficient beta to the frozen reference: its value, its controller, its
@@ -427,6 +418,30 @@ def _minibatch_loss(policy: Any, mb: PPOBatch, cfg: PPOConfig, beta: float,
     return loss, stats
 
 
+def _gradients(policy: Any, batch: PPOBatch, step_idx: Tensor, cfg: PPOConfig, beta: float,
+               evaluate_kwargs: dict, backward: Callable, all_ok: Callable
+               ) -> tuple[str | None, list[tuple[int, dict[str, Tensor]]]]:
+    """One optimizer step's gradients, a forward pass at a time: (why the step is skipped or
+    None, each pass's (rows, stats)). A pass with a non-finite loss or a ratio past the
+    threshold (on any rank) skips the step."""
+    step_stats, reason = [], None
+    for micro_idx in forward_passes(step_idx, batch.attention_mask, cfg.mini_batch_size,
+                                    cfg.max_tokens_per_pass):
+        loss, stats = _minibatch_loss(policy, batch.index(micro_idx), cfg, beta, evaluate_kwargs)
+        ratio, kl = stats["ratio_mean"].item(), stats["approx_kl"].item()
+        if not all(map(math.isfinite, (loss.item(), ratio, kl))):
+            reason = f"non-finite loss={loss.item()}, ratio={ratio}, approx_kl={kl}"
+        elif ratio > cfg.ratio_threshold:
+            reason = f"mean ratio {ratio:.3g} > ratio_threshold {cfg.ratio_threshold}"
+        if not all_ok(reason is None):
+            reason = reason or "another rank skipped this minibatch"
+        if reason:
+            break
+        backward(loss * (len(micro_idx) / len(step_idx)))
+        step_stats.append((len(micro_idx), stats))
+    return reason, step_stats
+
+
 def ppo_update(policy: Any, optimizer: torch.optim.Optimizer, batch: PPOBatch, cfg: PPOConfig,
                generator: torch.Generator | None = None, beta: float | None = None,
                evaluate_kwargs: Mapping[str, Any] | None = None,
@@ -434,14 +449,12 @@ def ppo_update(policy: Any, optimizer: torch.optim.Optimizer, batch: PPOBatch, c
                all_ok: Callable[[bool], bool] | None = None) -> dict[str, float]:
     """Run cfg.ppo_epochs of clipped PPO on batch; return stats averaged over steps taken.
 
-    ``evaluate_kwargs`` are passed on to ``policy.evaluate`` (e.g. ``sampling=...`` so the
-    recomputed log-probs use the same distribution the rollout sampled from). Under DDP pass
-    ``backward=accelerator.backward`` and an ``all_ok`` that ANDs a flag over ranks, so every
-    rank skips the same minibatches (a one-sided skip would hang the gradient all-reduce).
+    ``evaluate_kwargs`` go to ``policy.evaluate`` (``sampling=...``: the rollout's distribution).
+    Under DDP pass ``backward=accelerator.backward`` and an ``all_ok`` that ANDs a flag over
+    ranks, so every rank skips the same minibatches (a one-sided skip would hang the all-reduce).
     """
-    backward = backward or Tensor.backward
-    all_ok = all_ok or bool
-    evaluate_kwargs = dict(evaluate_kwargs or {})
+    backward, all_ok, evaluate_kwargs = backward or Tensor.backward, all_ok or bool, \
+        dict(evaluate_kwargs or {})
     if cfg.kl.where == "loss" and beta is None:
         raise ValueError("kl.where='loss' needs beta (the KL controller's current value)")
     if batch.advantages is None or batch.returns is None:
@@ -457,24 +470,8 @@ def ppo_update(policy: Any, optimizer: torch.optim.Optimizer, batch: PPOBatch, c
         for start in range(0, B, step_size):
             step_idx = perm[start:start + step_size]
             optimizer.zero_grad(set_to_none=True)
-            step_stats: list[tuple[int, dict[str, Tensor]]] = []  # (rows, stats) a pass
-            reason = None
-            passes = forward_passes(step_idx, batch.attention_mask, cfg.mini_batch_size,
-                                    cfg.max_tokens_per_pass)
-            for micro_idx in passes:
-                loss, stats = _minibatch_loss(policy, batch.index(micro_idx), cfg, beta or 0.0,
-                                              evaluate_kwargs)
-                ratio, kl = stats["ratio_mean"].item(), stats["approx_kl"].item()
-                if not all(map(math.isfinite, (loss.item(), ratio, kl))):
-                    reason = f"non-finite loss={loss.item()}, ratio={ratio}, approx_kl={kl}"
-                elif ratio > cfg.ratio_threshold:
-                    reason = f"mean ratio {ratio:.3g} > ratio_threshold {cfg.ratio_threshold}"
-                if not all_ok(reason is None):
-                    reason = reason or "another rank skipped this minibatch"
-                if reason:
-                    break
-                backward(loss * (len(micro_idx) / len(step_idx)))
-                step_stats.append((len(micro_idx), stats))
+            reason, step_stats = _gradients(policy, batch, step_idx, cfg, beta or 0.0,
+                                            evaluate_kwargs, backward, all_ok)
             if reason is None:
                 grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm).item()
                 if not math.isfinite(grad_norm):
@@ -498,9 +495,6 @@ def ppo_update(policy: Any, optimizer: torch.optim.Optimizer, batch: PPOBatch, c
             if not all_ok(calm):
                 break
     optimizer.zero_grad(set_to_none=True)
-    keys = ("policy_loss", "value_loss", "loss", "kl_loss", "clipfrac", "value_clipfrac",
-            "approx_kl", "entropy", "ratio_mean", "grad_norm")
-    result = {k: sums[k] / steps if steps else float("nan") for k in keys}
-    result.update(skipped_batches=float(skipped), epochs_run=float(epochs_run),
-                  optimizer_steps=float(steps))
-    return result
+    return {**{k: sums[k] / steps if steps else math.nan for k in UPDATE_STATS},
+            "skipped_batches": float(skipped), "epochs_run": float(epochs_run),
+            "optimizer_steps": float(steps)}

@@ -3,6 +3,7 @@ full-vocabulary float32 logits.
 
     lp, entropy = token_logprobs(h, weight, bias, tokens)   # h (N, H); both (N,), with grad
     kl, ref_lp = kl_to_reference(logits, ref_logits, tokens)  # no grad: the rollout's KL
+    z = head_output(hf, h, amp_dtype, cache)                # a model's LM head, its dtype
 
 The head's matmul runs once, in its own dtype (bf16 under the study's autocast); everything
 after it (the float32 cast, log-sum-exp, the gather, the entropy) runs on blocks of positions
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 BLOCK_BYTES = 2 << 20  # float32 logits per block: 10 rows of SmolLM2's 49,152, 2 of Gemma's 262,144
 
@@ -109,3 +111,36 @@ def kl_to_reference(own: torch.Tensor, ref: torch.Tensor, tokens: torch.Tensor,
         kl[i:i + rows] = full_kl(lp, lq)
         ref_lp[i:i + rows] = lq.gather(-1, t[i:i + rows]).squeeze(-1)
     return kl.reshape(shape), ref_lp.reshape(shape)
+
+
+def head_operands(hf: nn.Module, h: torch.Tensor, dtype: torch.dtype | None, cache: dict):
+    """(input, weight, bias) of `hf`'s LM head in the dtype its matmul runs in: `dtype` under
+    autocast, where a frozen float32 head (tied to the embeddings) uses a bf16 copy of its
+    weight kept in `cache` (the numbers autocast would cast it to on every call, cast once:
+    28M weights a call for SmolLM2)."""
+    head = hf.get_output_embeddings()
+    w, b = head.weight, head.bias
+    if dtype is None:
+        return h, w, b
+    if dtype != torch.bfloat16 or w.requires_grad or w.dtype != torch.float32:
+        return h.to(dtype), w.to(dtype), None if b is None else b.to(dtype)
+    hit = cache.get(id(w))
+    if hit is None or hit[0] is not w or hit[1] != w._version:
+        with torch.inference_mode(False), torch.no_grad():  # usable by passes with grad
+            bias = None if b is None else b.to(torch.bfloat16)
+            hit = cache[id(w)] = (w, w._version, w.to(torch.bfloat16), bias)
+    return h.to(torch.bfloat16), hit[2], hit[3]
+
+
+def head_output(hf: nn.Module, h: torch.Tensor, dtype: torch.dtype | None,
+                cache: dict) -> torch.Tensor:
+    """`hf`'s LM head on h in the matmul's dtype (float32 once soft-capped)."""
+    z = F.linear(*head_operands(hf, h, dtype, cache))
+    cap = getattr(hf.config, "final_logit_softcapping", None)
+    return torch.tanh(z.float() / cap) * cap if cap else z
+
+
+def fused_head(hf: nn.Module) -> bool:
+    """Whether `token_logprobs` computes this head: a plain linear head, not soft-capped."""
+    return (isinstance(hf.get_output_embeddings(), nn.Linear)
+            and not getattr(hf.config, "final_logit_softcapping", None))

@@ -13,11 +13,11 @@ the loop:
     for t in range(T):
         step = policy.sample(state, generator)     # token, logprob, raw_logprob, value, logsoftmax
         policy.feed(state, step.token, active)     # active: rows still generating this token
-    ref = policy.reference_logsoftmax(ids, mask, T)  # ONE batched reference pass per turn
+    ref = policy.reference_logits(ids, mask, T)    # ONE batched reference pass per turn
 
-The reference KL comes from that single batched pass after the turn (then
-KL_t = sum_v exp(step.logsoftmax) * (step.logsoftmax - ref[:, t])): one big forward instead of T
-streamed single-token reference steps, and no second KV cache.
+The exact KL to the reference comes from that single pass after the turn
+(`agents.llm.logits.kl_to_reference`): one big forward instead of T streamed single-token
+reference steps, and no second KV cache.
 
 Training: `evaluate(ids, mask, T, sampling)` recomputes, with grad, the same log-probs (under the
 same sampling transform, `agents.llm.sampling`), the raw log-probs, values and entropies. The value
@@ -50,23 +50,11 @@ from cory_env.files import atomic_dir
 from . import loading, speed
 from .kvcache import growing_cache
 from .loading import LoraSettings, cache_kwarg, check_4bit, load_lm, lora_config
-from .logits import token_logprobs
-from .sampling import SamplingConfig, Step, draw, first_seen, transform_logits
+from .logits import fused_head, head_operands, head_output, token_logprobs
+from .sampling import DecodeState, SamplingConfig, Step, draw, first_seen, transform_logits
 from .speed import check_mixed_precision, trim_left_padding
 
-__all__ = ["DecodeState", "Evaluation", "LLMPolicy"]
-
-@dataclass
-class DecodeState:
-    """Incremental decoding state: KV cache, mask so far, next-token logits/value, seen tokens."""
-
-    cache: object
-    mask: torch.Tensor  # (B, L) attention mask of everything in the cache
-    logits: torch.Tensor  # (B, V) float32 logits for the next token
-    value: torch.Tensor  # (B,) value of the current state
-    seen: torch.Tensor | None  # (B, V) bool attended context tokens (repetition penalty only)
-    sampling: SamplingConfig
-
+__all__ = ["Evaluation", "LLMPolicy"]
 
 
 @dataclass
@@ -81,14 +69,10 @@ class Evaluation:
     logits: torch.Tensor | None = None  # (B, T, V) raw, the head's dtype, when asked for
 
 
-# ----------------------------------------------------------------------------- helpers
-
 def position_ids_from_mask(mask: torch.Tensor) -> torch.Tensor:
     """Positions that ignore left padding: cumsum(mask) - 1, clamped at 0."""
     return (mask.long().cumsum(-1) - 1).clamp(min=0)
 
-
-# ----------------------------------------------------------------------------- policy
 
 class LLMPolicy(nn.Module):
     """Causal LM + value head, with KV-cache sampling, batched re-evaluation and a reference."""
@@ -337,36 +321,8 @@ class LLMPolicy(nn.Module):
         return self._head_output(hf, h).float()
 
     def _head_output(self, hf: nn.Module, h: torch.Tensor) -> torch.Tensor:
-        """`hf`'s LM head on h in the matmul's dtype (float32 once soft-capped)."""
-        z = F.linear(*self._head_operands(hf, h))
-        cap = getattr(hf.config, "final_logit_softcapping", None)
-        return torch.tanh(z.float() / cap) * cap if cap else z
-
-    def _head_operands(self, hf: nn.Module, h: torch.Tensor):
-        """(input, weight, bias) of `hf`'s LM head in the dtype its matmul runs in: bf16 under
-        bf16 autocast, where a frozen float32 head (tied to the embeddings) uses a cached bf16
-        copy of its weight (the numbers autocast would cast it to on every call, cast once:
-        28M weights a call for SmolLM2)."""
-        head = hf.get_output_embeddings()
-        w, b = head.weight, head.bias
-        if self.amp_dtype is None:
-            return h, w, b
-        dt = self.amp_dtype
-        if dt != torch.bfloat16 or w.requires_grad or w.dtype != torch.float32:
-            return h.to(dt), w.to(dt), None if b is None else b.to(dt)
-        cache = self.__dict__.setdefault("_bf16_heads", {})
-        hit = cache.get(id(w))
-        if hit is None or hit[0] is not w or hit[1] != w._version:
-            with torch.inference_mode(False), torch.no_grad():  # usable by passes with grad
-                bias = None if b is None else b.to(torch.bfloat16)
-                hit = cache[id(w)] = (w, w._version, w.to(torch.bfloat16), bias)
-        return h.to(torch.bfloat16), hit[2], hit[3]
-
-    def _fused_head(self, hf: nn.Module) -> bool:
-        """Whether the blockwise log-prob path (`agents.llm.logits`) computes this head: a
-        plain linear head without soft-capping."""
-        return (isinstance(hf.get_output_embeddings(), nn.Linear)
-                and not getattr(hf.config, "final_logit_softcapping", None))
+        """`hf`'s LM head on h in its matmul's dtype (`agents.llm.logits.head_output`)."""
+        return head_output(hf, h, self.amp_dtype, self.__dict__.setdefault("_bf16_heads", {}))
 
     def forward(self, input_ids, attention_mask, past_key_values=None, position_ids=None):
         """Full pass -> (logits (B, L, V) float32, values (B, L), cache or None).
@@ -458,9 +414,11 @@ class LLMPolicy(nn.Module):
         real = attention_mask[:, -T:].bool()
         zero = torch.zeros((), device=h.device)
         plain = sampling is None or sampling.is_identity
-        if plain and not return_logsoftmax and self._fused_head(self.hf_model):
+        if plain and not return_logsoftmax and fused_head(self.hf_model):
             hs = h[:, -T - 1:-1].contiguous()  # position t-1 predicts response token t
-            raw_lp, entropy, z = token_logprobs(*self._head_operands(self.hf_model, hs),
+            operands = head_operands(self.hf_model, hs, self.amp_dtype,
+                                     self.__dict__.setdefault("_bf16_heads", {}))
+            raw_lp, entropy, z = token_logprobs(*operands,
                                                 tokens[..., 0], logits=True)
             raw_lp = torch.where(real, raw_lp, zero)
             return Evaluation(logprobs=raw_lp, raw_logprobs=raw_lp, entropy=entropy,

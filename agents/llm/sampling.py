@@ -65,6 +65,18 @@ class Step:
     logsoftmax: torch.Tensor  # (B, V) raw policy log-softmax
 
 
+@dataclass
+class DecodeState:
+    """Incremental decoding state: KV cache, mask so far, next-token logits/value, seen tokens."""
+
+    cache: object
+    mask: torch.Tensor  # (B, L) attention mask of everything in the cache
+    logits: torch.Tensor  # (B, V) float32 logits for the next token
+    value: torch.Tensor  # (B,) value of the current state
+    seen: torch.Tensor | None  # (B, V) bool attended context tokens (repetition penalty only)
+    sampling: SamplingConfig
+
+
 def first_seen(ids: torch.Tensor, mask: torch.Tensor, n_response: int, vocab: int) -> torch.Tensor:
     """(B, V) first response step that has token v in its context (T + 1 if never).
 

@@ -8,7 +8,7 @@
         --observer llm_1 --pioneer llm_0 --queries 256 --out kt-trained.json
 
 `--measure` takes any task and model (`--import` for plug-in tasks) and every training
-setting of `agents.training.train.TrainConfig` as an option: the budget at which PPO and cory-no-re
+setting of `agents.training.config.TrainConfig` as an option: the budget at which PPO and cory-no-re
 are trained for the cross-role transfer (docs/offline-models.md, "Measuring a model").
 `--checkpoint` measures the knowledge-transfer split of trained models instead: each
 checkpoint's observer reading its pioneer's answers, one checkpoint per seed.
@@ -27,7 +27,7 @@ from cory_env import offline_model
 from cory_env.data.tokenizer import TASKS
 from cory_env.files import atomic_write
 
-from ..training.train import add_train_options, train_config_from
+from ..training.config import add_train_options, train_config_from
 from .budgets import BUDGETS
 from .data import check_task
 from .measure import format_report, repeated_gap
@@ -43,6 +43,30 @@ from .transfer import (
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Build (once) the offline reference LMs and print their reports."""
+    parser, paths = _parser()
+    args = parser.parse_args(argv)
+    if args.worker:
+        task, budget, out = args.worker
+        build(task, budget, Path(out), verbose=not args.quiet)
+        return 0
+    if args.checkpoint:
+        return _checkpoint_split(parser, args)
+    budget = resolve_budget(args.budget)
+    if args.measure:
+        return _measure(parser, args, paths, budget)
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    for task in tasks:
+        try:
+            check_task(task)
+        except ValueError as err:
+            parser.error(str(err))
+    for task in tasks:
+        _build(task, budget, args.force, args.gap_repeats)
+    return 0
+
+
+def _parser() -> tuple[argparse.ArgumentParser, dict]:
+    """The command line's parser and the paths of its training options."""
     parser = argparse.ArgumentParser(prog="python -m agents.refmodels", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      argument_default=argparse.SUPPRESS, allow_abbrev=False)
@@ -77,82 +101,79 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--worker", nargs=3, metavar=("TASK", "BUDGET", "OUT"), default=None,
                         help=argparse.SUPPRESS)  # internal: build into OUT (see _launch)
     parser.add_argument("--quiet", action="store_true", default=False, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.worker:
-        task, budget, out = args.worker
-        build(task, budget, Path(out), verbose=not args.quiet)
-        return 0
-    if args.checkpoint:
-        files = _files(parser, "--checkpoint", args.checkpoint)
-        if args.queries < 1:
-            parser.error(f"--checkpoint needs --queries >= 1, got {args.queries}")
-        t0 = time.perf_counter()
-        result = checkpoint_knowledge_transfer(files, args.observer, args.pioneer, args.queries)
-        result["seconds"] = round(time.perf_counter() - t0, 1)
-        text = json.dumps(result, indent=2)
-        if args.out:
-            atomic_write(Path(args.out), text)
-        print(text)
-        return 0
-    budget = resolve_budget(args.budget)
-    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
-    if args.measure:
-        try:
-            cfg = train_config_from(args, paths, task=args.measure)
-            trained = None
-            if args.ppo_checkpoints or args.observer_only_checkpoints:
-                trained = tuple(_files(parser, opt, value) for opt, value in (
-                    ("--ppo-checkpoints", args.ppo_checkpoints),
-                    ("--observer-only-checkpoints", args.observer_only_checkpoints)))
-            if cfg.model is None and offline_model(args.measure) is None and not trained:
-                raise ValueError(f"--measure {args.measure}: the task has no offline reference "
-                                 f"LM ({', '.join(TASKS)} have); give --model")
-            try:
-                seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
-            except ValueError:
-                raise ValueError(f"--seeds must be a comma list of integers, got "
-                                 f"{args.seeds!r}") from None
-            if not seeds or args.queries < 1:
-                raise ValueError(f"--measure needs at least one seed and one query, got "
-                                 f"--seeds {args.seeds!r} --queries {args.queries}")
-        except ValueError as err:
-            parser.error(str(err))
-        if cfg.model is None and trained is None:
-            reference_lm(offline_model(args.measure), budget=budget)
-        try:
-            result = measure_transfer(args.measure, model=cfg.model, cfg=cfg, seeds=seeds,
-                                      n=args.queries, out=args.out, checkpoints=trained)
-        except ValueError as err:
-            if trained is None:
-                raise
-            parser.error(str(err))
-        print("\n".join(format_transfer(result)))
-        print(f"[cory lm] measured in {result['seconds']:.0f}s; saved to {result['file']}")
-        return 0
-    for task in tasks:
-        try:
-            check_task(task)
-        except ValueError as err:
-            parser.error(str(err))
-    for task in tasks:
-        t0 = time.perf_counter()
-        cached = model_dir(task, budget).is_dir() and not args.force
-        path = rebuild(task, budget) if args.force else reference_lm(task, budget=budget)
-        report = json.loads((path / "report.json").read_text())
-        if cached:
-            print(format_report(report))
-        measured = saved_transfer(path)
-        print("\n".join(format_transfer(measured)) if measured else
-              f"[cory lm] {task}: cross-role transfer not measured yet "
-              f"(python -m agents.refmodels --measure {task})")
-        print(f"[cory lm] {task}-{budget}: {path} "
-              f"({'cached' if cached else f'built in {time.perf_counter() - t0:.0f}s'})")
-        if args.gap_repeats:
-            r = repeated_gap(task, path, args.gap_repeats)
-            print(f"[cory lm] {task} observer gap over {args.gap_repeats} x "
-                  f"{r['episodes_each']} episodes: {r['mean']:+.3f} +- {r['se']:.3f} (SE); "
-                  f"each: {' '.join(f'{g:+.3f}' for g in r['gaps'])}")
+    return parser, paths
+
+
+def _checkpoint_split(parser, args) -> int:
+    """--checkpoint: the knowledge-transfer split of trained observers, printed and saved."""
+    files = _files(parser, "--checkpoint", args.checkpoint)
+    if args.queries < 1:
+        parser.error(f"--checkpoint needs --queries >= 1, got {args.queries}")
+    t0 = time.perf_counter()
+    result = checkpoint_knowledge_transfer(files, args.observer, args.pioneer, args.queries)
+    result["seconds"] = round(time.perf_counter() - t0, 1)
+    text = json.dumps(result, indent=2)
+    if args.out:
+        atomic_write(Path(args.out), text)
+    print(text)
     return 0
+
+
+def _measure(parser, args, paths: dict, budget: str) -> int:
+    """--measure TASK: knowledge transfer and cross-role transfer of a task's model."""
+    try:
+        cfg = train_config_from(args, paths, task=args.measure)
+        trained = None
+        if args.ppo_checkpoints or args.observer_only_checkpoints:
+            trained = tuple(_files(parser, opt, value) for opt, value in (
+                ("--ppo-checkpoints", args.ppo_checkpoints),
+                ("--observer-only-checkpoints", args.observer_only_checkpoints)))
+        if cfg.model is None and offline_model(args.measure) is None and not trained:
+            raise ValueError(f"--measure {args.measure}: the task has no offline reference "
+                             f"LM ({', '.join(TASKS)} have); give --model")
+        try:
+            seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+        except ValueError:
+            raise ValueError(f"--seeds must be a comma list of integers, got "
+                             f"{args.seeds!r}") from None
+        if not seeds or args.queries < 1:
+            raise ValueError(f"--measure needs at least one seed and one query, got "
+                             f"--seeds {args.seeds!r} --queries {args.queries}")
+    except ValueError as err:
+        parser.error(str(err))
+    if cfg.model is None and trained is None:
+        reference_lm(offline_model(args.measure), budget=budget)
+    try:
+        result = measure_transfer(args.measure, model=cfg.model, cfg=cfg, seeds=seeds,
+                                  n=args.queries, out=args.out, checkpoints=trained)
+    except ValueError as err:
+        if trained is None:
+            raise
+        parser.error(str(err))
+    print("\n".join(format_transfer(result)))
+    print(f"[cory lm] measured in {result['seconds']:.0f}s; saved to {result['file']}")
+    return 0
+
+
+def _build(task: str, budget: str, force: bool, gap_repeats: int) -> None:
+    """Build (or find cached) a task's reference LM and print its report and transfer."""
+    t0 = time.perf_counter()
+    cached = model_dir(task, budget).is_dir() and not force
+    path = rebuild(task, budget) if force else reference_lm(task, budget=budget)
+    report = json.loads((path / "report.json").read_text())
+    if cached:
+        print(format_report(report))
+    measured = saved_transfer(path)
+    print("\n".join(format_transfer(measured)) if measured else
+          f"[cory lm] {task}: cross-role transfer not measured yet "
+          f"(python -m agents.refmodels --measure {task})")
+    print(f"[cory lm] {task}-{budget}: {path} "
+          f"({'cached' if cached else f'built in {time.perf_counter() - t0:.0f}s'})")
+    if gap_repeats:
+        r = repeated_gap(task, path, gap_repeats)
+        print(f"[cory lm] {task} observer gap over {gap_repeats} x "
+              f"{r['episodes_each']} episodes: {r['mean']:+.3f} +- {r['se']:.3f} (SE); "
+              f"each: {' '.join(f'{g:+.3f}' for g in r['gaps'])}")
 
 
 def _files(parser, option: str, value: str | None) -> list[str]:

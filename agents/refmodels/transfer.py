@@ -44,16 +44,10 @@ from cory_env.files import atomic_write
 from ..llm.rollout import answer_alone
 from ..llm.sampling import SamplingConfig
 from ..training.checkpoint import read_checkpoint
+from ..training.config import TrainConfig
 from ..training.restore import load_agents, run_tokenizer, saved_config
 from ..training.stats import Interval, Ratio, mean_interval, ratio_interval
-from ..training.train import (
-    TrainConfig,
-    Trainer,
-    build_policies,
-    default_model,
-    model_of,
-    tokenizer_folder,
-)
+from ..training.train import Trainer, build_policies, default_model, model_of, tokenizer_folder
 from .measure import as_policy, forced_tokens, play_episode
 
 SEEDS = (0, 1, 2)

@@ -14,7 +14,8 @@ from ..llm.sampling import SamplingConfig
 from ..llm.text import TextPolicy
 from . import cli
 from .checkpoint import load_trainable_state, read_checkpoint
-from .train import TrainConfig, build_policies, model_of, tokenizer_folder, upgrade_settings
+from .config import TrainConfig, upgrade_settings
+from .train import build_policies, model_of, tokenizer_folder
 
 
 def saved_config(state: dict) -> TrainConfig:

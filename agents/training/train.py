@@ -1,326 +1,37 @@
 """The training loop: build the env, the policies and a learner; iterate rollout -> update.
 
-    from agents.training.train import TrainConfig, Trainer
+    from agents.training.config import TrainConfig
+    from agents.training.train import Trainer
     trainer = Trainer(TrainConfig(task="sentiment", method="cory", model="path/to/lm"))
     for metrics in trainer.run():
         print(metrics["llm_0"]["task_reward"])
 
 A method is an algorithm on a structure (`agents.learners.base.resolve_method`): a registered name
-(`registered_methods()`) or `algorithm/structure`. TrainConfig extends the LearnerConfig (the
-learner's own settings are declared once, there).
+(`registered_methods()`) or `algorithm/structure`. Its settings are a TrainConfig
+(`agents.training.config`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
 import os
 import time
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 
 import torch
 
 from cory_env import BatchedCoryEnv
 from cory_env.aec import agent_names
-from cory_env.checks import check_int
-from cory_env.config import check_fields, meta
-from cory_env.files import check_local_path
-from cory_env.pretrained import check_model, resolve_model
+from cory_env.pretrained import resolve_model
 
-from ..learners.base import LearnerConfig, resolve_method
+from ..learners.base import resolve_method
 from ..learners.comm import Comm
-from ..learners.ppo import KLConfig, PPOConfig
-from ..llm.loading import (
-    LoraSettings,
-    check_adapter_base,
-    check_weights,
-    config_positions,
-    model_positions,
-)
+from ..llm.loading import config_positions
 from ..llm.policy import LLMPolicy
 from ..llm.rollout import rollout
-from ..llm.sampling import SamplingConfig
-from ..llm.speed import check_mixed_precision
-
-
-@dataclass
-class TrainConfig(LearnerConfig):
-    """One training run: task, method, model and every hyperparameter (the learner's own
-    settings, `ppo`, `sampling`, `t_rex`, ..., are LearnerConfig's fields)."""
-
-    task: str = field(default="sentiment", metadata=meta(
-        "task name (cory_env.registered_tasks)", check=False))  # or a Task class / instance
-    method: str = field(default="cory", metadata=meta(
-        "method: a registered name (registered_methods) or algorithm/structure"))
-    model: str | None = field(default=None, metadata=meta(
-        "HF name or local folder; none: the offline task's reference LM"))
-    n_agents: int | None = field(default=None, metadata=meta(
-        "K agents in the chain (none: the method's default, 2; 1 for ppo)"))
-    models: dict[str, str] = field(default_factory=dict, metadata=meta(
-        "a model per agent, e.g. llm_1=path/to/other (one tokenizer for all; in Python also a "
-        "list, entry i for llm_i)"))
-    adapters: dict[str, str] = field(default_factory=dict, metadata=meta(
-        "a PEFT LoRA adapter folder per agent on the one base model (or a list)"))
-    iterations: int = field(default=20, metadata=meta("training iterations"))
-    batch_size: int = field(default=32, metadata=meta("episodes per iteration"))
-    max_new_tokens: int | None = field(default=None, metadata=meta(
-        "tokens per answer (none: the task's default)"))
-    seed: int = field(default=0, metadata=meta("seed of models, sampling and data order"))
-    device: str = field(default="cpu", metadata=meta("torch device"))
-    lora: LoraSettings | None = field(default=None, metadata=meta("train LoRA adapters"))
-    load_in_4bit: bool = field(default=False, metadata=meta("4-bit nf4 base (needs LoRA, CUDA)"))
-    shared_base: bool = field(default=True, metadata=meta(
-        "with LoRA: both agents are adapters on one frozen base"))
-    mixed_precision: str | None = field(default="auto", metadata=meta(
-        "auto: bf16 autocast on CUDA only; bf16: also on the CPU; none: never"))
-    torch_compile: bool = field(default=False, metadata=meta(
-        "torch.compile the training passes (compiled on first use)"))
-    placement: dict[str, str] = field(default_factory=dict, metadata=meta(
-        "device per model, e.g. llm_0=cuda:0,llm_1=cuda:1,critic=cuda:1"))
-    task_options: dict = field(default_factory=dict, metadata=meta("task keywords k=v,..."))
-    # The offline default, as the benchmark trains: the paper's IMDB PPO table but lr 1e-4
-    # (20 x 32 episodes are ~40x fewer samples than its 100 x 256) and one 32-row mini-batch.
-    # The KL horizon scales with the batch (10000 x 32 / 256 here), so beta adapts per
-    # iteration as fast as in the paper's batch-256 runs (`--no-scale-kl-horizon`: raw).
-    ppo: PPOConfig = field(default_factory=lambda: PPOConfig(
-        lr=1e-4, batch_size=32, mini_batch_size=32,
-        kl=KLConfig(penalty="full", scale_horizon=True)))
-
-    def validate(self) -> TrainConfig:
-        """Check the config before any model is loaded, naming the bad field."""
-        check_fields(self)
-        for name in ("models", "adapters"):  # a list gives agent i the i-th entry
-            value = getattr(self, name)
-            if isinstance(value, (list, tuple)):
-                setattr(self, name, {f"llm_{i}": p for i, p in enumerate(value) if p is not None})
-        for name, kind in (("ppo", PPOConfig), ("sampling", SamplingConfig), ("task_options", dict),
-                           ("placement", dict), ("models", dict), ("adapters", dict)):  # early
-            if not isinstance(getattr(self, name), kind):
-                raise ValueError(f"TrainConfig.{name} must be a {kind.__name__}, got "
-                                 f"{getattr(self, name)!r}")
-        if self.lora is not None and not isinstance(self.lora, LoraSettings):
-            raise ValueError(f"TrainConfig.lora must be None or a LoraSettings, got {self.lora!r}")
-        if self.lora is not None:
-            self.lora.check()
-        check_local_path("model", self.model)
-        check_model(self.model)
-        check_weights(self.model, "model")
-        for kind in ("models", "adapters"):
-            for agent, path in getattr(self, kind).items():
-                if not isinstance(agent, str) or not isinstance(path, (str, os.PathLike)) \
-                        or not str(path).strip():
-                    raise ValueError(f"{kind}[{agent!r}] must be a model name or folder (a "
-                                     f"string), got {path!r}")
-                check_local_path(f"{kind}[{agent!r}]", path)
-                if kind == "models":
-                    check_model(path, f"models[{agent!r}]")
-                check_weights(path, f"{kind}[{agent!r}]")
-                if kind == "adapters":
-                    check_adapter_base(path, self.model, f"adapters[{agent!r}]")
-        for key, value in self.task_options.items():
-            if not isinstance(key, str):
-                raise ValueError(f"task option names must be strings, got {key!r}")
-            check_local_path(f"task option {key}", value)
-        from cory_env import registered_tasks
-
-        k = self.agents_count()
-        names = list(agent_names(k))
-        for kind in ("models", "adapters"):
-            for agent in getattr(self, kind):
-                if agent not in names:
-                    raise ValueError(f"{kind} key {agent!r} is not an agent of this run "
-                                     f"({', '.join(names)})")
-        if self.adapters and not self.shared_base:
-            raise ValueError("adapters are LoRA adapters on one base: they need shared_base=True")
-        if self.adapters and self.models:
-            raise ValueError("give models (a model per agent) or adapters (an adapter per agent "
-                             "on one base), not both")
-        if self.adapters and self.lora is None and len(self.adapters) < k:
-            missing = [a for a in names if a not in self.adapters]
-            raise ValueError(f"adapters name no adapter for {missing}: give one for every agent "
-                             f"or set lora for fresh adapters")
-        if isinstance(self.task, str) and self.task not in registered_tasks():
-            raise ValueError(f"unknown task {self.task!r}; registered: {registered_tasks()}")
-        if isinstance(self.task, str):  # its constructor checks the options (cheap: no data)
-            from cory_env import make_task
-
-            try:
-                task = make_task(self.task, **self.task_options)
-            except (TypeError, ValueError) as err:
-                raise ValueError(f"task {self.task!r} options {self.task_options}: {err}") \
-                    from None
-            self._check_lengths(task, k)
-        check_int("iterations", self.iterations, 1)
-        check_int("batch_size", self.batch_size, 1)
-        check_int("max_new_tokens", self.max_new_tokens, 1, none_ok=True)
-        check_int("seed", self.seed, 0, 2 ** 32)  # what numpy and torch seed from
-        default = TrainConfig.__dataclass_fields__["ppo"].default_factory()
-        if all(getattr(self.ppo, f.name) == getattr(default, f.name)
-               for f in dataclasses.fields(PPOConfig) if f.name != "batch_size"):
-            mini_batch_follows(self, {"batch_size"})  # no PPO setting was given
-        if self.ppo.batch_size != self.batch_size:
-            self.ppo = dataclasses.replace(self.ppo, batch_size=self.batch_size)
-        super().validate()  # the learner's settings: ppo (and its kl), sampling, t_rex, ...
-        group = self.group_size or resolve_method(self.method).algorithm.group_size
-        if self.batch_size % group:
-            raise ValueError(f"batch_size={self.batch_size} must be divisible by the group size "
-                             f"{group} (answers per query of {self.method!r}; set group_size)")
-        if self.load_in_4bit and self.lora is None:
-            raise ValueError("load_in_4bit=True needs LoRA (set lora)")
-        check_mixed_precision(self.mixed_precision)
-        for name in ("load_in_4bit", "shared_base", "torch_compile"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
-        check_device("device", self.device)
-        models = [*names, *resolve_method(self.method).algorithm.extra_model_names]
-        for agent, dev in self.placement.items():
-            if agent not in models:
-                raise ValueError(f"placement key {agent!r} must be one of {models}")
-            check_device(f"placement[{agent!r}]", dev)
-        return self
-
-    def _check_lengths(self, task, k: int) -> None:
-        """max_new_tokens against the task's context and each model's positions, for K agents
-        (a chain's last prompt holds K − 1 answers, then its own)."""
-        max_new = self.max_new_tokens or task.default_max_new_tokens
-        if task.default_context_len <= max_new:
-            raise ValueError(f"max_new_tokens={max_new} must be below the task "
-                             f"{task.name!r}'s context length {task.default_context_len}")
-        paths = {"model": self.model, **{f"models[{a!r}]": p for a, p in self.models.items()}}
-        for what, path in paths.items():
-            folder = os.path.expanduser(str(path)) if path is not None else None
-            positions = model_positions(folder) if folder and os.path.isdir(folder) else None
-            if positions is None:
-                continue
-            need = k * max_new + 1  # every answer of the chain, plus at least one query token
-            if need > positions:
-                raise ValueError(
-                    f"{what}={str(path)!r} has {positions} positions, but n_agents={k} × "
-                    f"max_new_tokens={max_new} = {k * max_new} answer tokens (+ the query) "
-                    f"cannot fit; lower max_new_tokens or n_agents")
-
-    def agents_count(self) -> int:
-        """K: n_agents, else the method's default; a ValueError naming a K it cannot train."""
-        default = resolve_method(self.method).n_agents
-        k = self.n_agents
-        if k is None:
-            return default
-        check_int("n_agents", k, 1)
-        if default == 1 and k != 1:
-            raise ValueError(f"{self.method!r} is a single-agent learner: n_agents={k} "
-                             f"needs a multi-agent method (cory, ippo, mappo, cory-grpo, ...)")
-        if default > 1 and k < 2:
-            raise ValueError(f"{self.method!r} trains a chain of agents: n_agents={k} must be "
-                             f">= 2 (ppo is the single-agent baseline)")
-        return k
-
-
-def add_train_options(parser, skip: tuple[str, ...] = ()) -> dict:
-    """An option per TrainConfig field (but `skip`) plus --import; returns {dest: path}."""
-    from .cli import add_options
-
-    paths = add_options(parser, TrainConfig, TrainConfig(), skip=skip)
-    parser.add_argument("--import", dest="imports", action="append", metavar="MODULE_OR_FILE",
-                        help="module or .py file that registers learners or tasks (repeatable)")
-    return paths
-
-
-def train_config_from(args, paths: dict, **fixed) -> TrainConfig:
-    """The validated TrainConfig of parsed options (`--import` loaded first; `fixed` fields
-    set too); a ValueError naming the bad value, before any model loads."""
-    from cory_env.plugins import load_plugins
-
-    from .cli import apply
-
-    load_plugins(getattr(args, "imports", None))
-    given = {paths[k]: v for k, v in vars(args).items() if k in paths}
-    cfg = dataclasses.replace(apply(TrainConfig(), given), **fixed)
-    return mini_batch_follows(cfg, {path[-1] for path in given}).validate()
-
-
-def mini_batch_follows(cfg: TrainConfig, given: set[str]) -> TrainConfig:
-    """The one batch-fitting rule: when the batch size is among the `given` settings and
-    neither mini_batch_size nor grad_accum_steps is, the PPO mini-batch shrinks to fit it (the
-    whole batch, or batch / grad_accum_steps when that divides it); a fitting one is kept."""
-    ppo, b = cfg.ppo, cfg.batch_size
-    if "batch_size" not in given or {"mini_batch_size", "grad_accum_steps"} & given:
-        return cfg
-    if not isinstance(b, int) or b < 1 or b % ppo.backward_batch_size == 0:
-        return cfg
-    accum = ppo.grad_accum_steps if b % ppo.grad_accum_steps == 0 else 1
-    cfg.ppo = dataclasses.replace(ppo, batch_size=b, mini_batch_size=b // accum,
-                                  grad_accum_steps=accum)
-    return cfg
-
-
-# Settings that earlier versions saved under other names (run folders, checkpoints):
-# old dotted path -> today's (None: no longer a setting)
-RENAMED = {"ppo.init_kl_coef": "ppo.kl.beta", "ppo.adap_kl_ctrl": "ppo.kl.adaptive",
-           "ppo.kl_target": "ppo.kl.target", "ppo.kl_horizon": "ppo.kl.horizon",
-           "ppo.scale_kl_horizon": "ppo.kl.scale_horizon", "ppo.kl_penalty": "ppo.kl.penalty",
-           "ppo.kl_in": "ppo.kl.where", "ppo.kl_loss_estimator": "ppo.kl.loss_estimator",
-           "group_kl_in": None}
-
-
-def upgrade_settings(saved: dict) -> dict:
-    """A TrainConfig's saved settings (nested as `dataclasses.asdict` writes them, or flat by
-    dotted path) in today's names; where the KL acts is kept only when an earlier version
-    was told something other than its default."""
-    flat = not any(isinstance(v, dict) and k in ("ppo", "sampling") for k, v in saved.items())
-    out = copy.deepcopy(saved)
-    old_group = _pop(out, "group_kl_in", flat)
-    for old, new in RENAMED.items():
-        value = _pop(out, old, flat)
-        if value is _MISSING or new is None:
-            continue
-        if new == "ppo.kl.where":
-            value = "loss" if value == "loss" else ("reward" if old_group == "reward" else None)
-        if flat:
-            out[new] = value
-        else:
-            node = out
-            for part in new.split(".")[:-1]:
-                node = node.setdefault(part, {})
-            node[new.split(".")[-1]] = value
-    return out
-
-
-_MISSING = object()
-
-
-def _pop(d: dict, path: str, flat: bool):
-    if flat:
-        return d.pop(path, _MISSING)
-    *parents, last = path.split(".")
-    for part in parents:
-        d = d.get(part)
-        if not isinstance(d, dict):
-            return _MISSING
-    return d.pop(last, _MISSING)
-
-
-def more_samples(cfg: TrainConfig, k: int) -> TrainConfig:
-    """cfg with k times the episodes per iteration and as many optimizer steps (each step's
-    batch grows k-fold through gradient accumulation, so a pass holds as many rows)."""
-    ppo = dataclasses.replace(cfg.ppo, batch_size=cfg.batch_size * k,
-                              grad_accum_steps=cfg.ppo.grad_accum_steps * k)
-    return dataclasses.replace(cfg, batch_size=cfg.batch_size * k, ppo=ppo)
-
-
-def check_device(name: str, dev, present: bool = False) -> None:
-    """Raise ValueError naming the field if dev is not a device (or, if present=True, a CUDA
-    device this machine does not have)."""
-    try:
-        d = torch.device(dev)
-    except (RuntimeError, TypeError) as e:
-        raise ValueError(f"{name}={dev!r} is not a device: {e}") from None
-    if present and d.type == "cuda":
-        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if (d.index or 0) >= n:
-            raise ValueError(f"{name}={dev!r} but {n} CUDA device(s) are visible")
+from .config import TrainConfig, check_device, more_samples
 
 
 def oom_advice(cfg: TrainConfig, phase: str) -> str:
@@ -388,7 +99,6 @@ def model_of(cfg: TrainConfig, agent: str) -> str | None:
 
 def tokenizer_folder(model: str | None) -> str | None:
     """The model folder when it holds a tokenizer, else None."""
-    import os
 
     if model and os.path.isdir(model) and any(f.startswith("tokenizer")
                                               for f in os.listdir(model)):

@@ -9,7 +9,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from agents.learners.ppo import KLConfig, PPOConfig
-from agents.training.train import TrainConfig
+from agents.training.config import TrainConfig
 from cory_env import register_task
 from cory_env.tasks.course import COLOURS, CourseTask, course_tokenizer
 

@@ -9,7 +9,8 @@ from helpers import ToyTask
 import cory_env
 from agents.learners.arms import drawn_length
 from agents.learners.ppo import KLConfig, PPOConfig
-from agents.training.train import TrainConfig, Trainer
+from agents.training.config import TrainConfig
+from agents.training.train import Trainer
 
 cory_env.register_task("toy", ToyTask)
 

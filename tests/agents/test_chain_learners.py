@@ -15,7 +15,8 @@ from agents.learners.cory import rotation
 from agents.learners.mappo import joint_sequence
 from agents.learners.ppo import KLConfig, PPOConfig
 from agents.llm.loading import LoraSettings
-from agents.training.train import TrainConfig, Trainer
+from agents.training.config import TrainConfig
+from agents.training.train import Trainer
 
 cory_env.register_task("toy", ToyTask)
 

@@ -18,7 +18,8 @@ from transformers import GPT2Config, GPT2LMHeadModel
 import cory_env
 from agents.learners.base import IPPO, register_learner, registered_methods
 from agents.learners.ppo import KLConfig, PPOConfig
-from agents.training.train import TrainConfig, Trainer
+from agents.training.config import TrainConfig
+from agents.training.train import Trainer
 from cory_env import Query, plugins
 
 cory_env.register_task("toy", ToyTask)

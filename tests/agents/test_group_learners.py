@@ -16,7 +16,8 @@ from agents.learners.ppo import KLConfig, PPOConfig, aggregate, policy_loss
 from agents.learners.rloo import RLOO
 from agents.llm.policy import LLMPolicy
 from agents.llm.rollout import play_turn
-from agents.training.train import TrainConfig, Trainer
+from agents.training.config import TrainConfig
+from agents.training.train import Trainer
 from examples.exercises.common import course_lm
 
 cory_env.register_task("toy", ToyTask)

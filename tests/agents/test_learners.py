@@ -12,7 +12,8 @@ from agents.learners.cory import rotation
 from agents.learners.mappo import compact, joint_gae, uncompact
 from agents.learners.ppo import KLConfig, PPOConfig, gae
 from agents.llm.rollout import rollout
-from agents.training.train import TrainConfig, Trainer
+from agents.training.config import TrainConfig
+from agents.training.train import Trainer
 
 cory_env.register_task("toy", ToyTask)
 

@@ -12,7 +12,8 @@ from helpers import ToyTask
 import cory_env
 from agents.learners.mappo import joint_sequence, mappo_advantages
 from agents.learners.ppo import KLConfig, PPOConfig
-from agents.training.train import TrainConfig, Trainer
+from agents.training.config import TrainConfig
+from agents.training.train import Trainer
 
 cory_env.register_task("toy", ToyTask)
 PAD, EOS = 0, 9

@@ -16,8 +16,8 @@ from transformers import (
 
 from agents.llm import speed
 from agents.llm.loading import LoraSettings
-from agents.llm.policy import DecodeState, LLMPolicy
-from agents.llm.sampling import SamplingConfig, sample_from_logprobs
+from agents.llm.policy import LLMPolicy
+from agents.llm.sampling import DecodeState, SamplingConfig, sample_from_logprobs
 
 V = 64
 PAD = 0

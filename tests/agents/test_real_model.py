@@ -12,7 +12,8 @@ from helpers import write_tiny_gemma3_gguf, write_tiny_gguf
 
 from agents.learners.ppo import PPOConfig
 from agents.llm.loading import LoraSettings
-from agents.training.train import TrainConfig, Trainer
+from agents.training.config import TrainConfig
+from agents.training.train import Trainer
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,8 @@ from helpers import ToyTask
 import cory_env
 from agents.learners.ppo import KLConfig, PPOConfig
 from agents.training import train as train_module
-from agents.training.train import TrainConfig, Trainer
+from agents.training.config import TrainConfig
+from agents.training.train import Trainer
 
 cory_env.register_task("toy", ToyTask)
 

@@ -19,13 +19,13 @@ from agents.learners.base import (
 from agents.learners.cory import CORY, CORY_NO_KT, CORY_NO_RE
 from agents.learners.ppo import KLConfig, PPOConfig
 from agents.learners.structure import INDEPENDENT, SINGLE, Structure
-from agents.training.train import (
+from agents.training.config import (
     TrainConfig,
-    Trainer,
     add_train_options,
     train_config_from,
     upgrade_settings,
 )
+from agents.training.train import Trainer
 
 cory_env.register_task("toy", ToyTask)
 

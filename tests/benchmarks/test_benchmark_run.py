@@ -445,3 +445,17 @@ def test_resume_compares_only_the_settings_typed(tmp_path, capsys):
     assert text.count("saved") == 1  # only what was typed
     same = ["--resume", "--out", str(tmp_path), "--quick", "--iterations", "3"]
     assert config_from_args(build_parser().parse_args(same))[2]
+
+
+@pytest.mark.parametrize("task, tokens", [("course", 2), ("textarena", 8), ("sentiment", 12),
+                                          ("arithmetic", 12)])
+def test_quick_keeps_a_tasks_shorter_answers_and_caps_longer_ones(task, tokens):
+    from benchmarks.config import RunSpec, train_config
+
+    model = {"model": "gpt2"} if task in ("course", "textarena") else {}  # checked, not loaded
+    cfg = resolve_config("offline", quick=True, tasks=[task], methods=["ppo"], **model)
+    run = train_config(cfg, RunSpec(task, "ppo", 0))
+    assert run.max_new_tokens == tokens
+    run.validate()  # course's 10-token context took no 12-token answers
+    given = resolve_config("offline", quick=True, tasks=["sentiment"], max_new_tokens=20)
+    assert train_config(given, RunSpec("sentiment", "ppo", 0)).max_new_tokens == 20  # typed

@@ -12,6 +12,7 @@ from benchmarks import claims as cl
 from benchmarks import records as rec
 from benchmarks import report as rp
 from benchmarks import stats as st
+from benchmarks.evidence import gather
 
 ITERS = list(range(0, 44, 4))  # 11 evaluation points
 
@@ -464,7 +465,7 @@ def test_evaluation_noise_alone_does_not_pass_the_learning_gate():
         return 0.2 + np.r_[0, np.roll(wiggle[1:], s)], 9 * X + 0.05 * s
 
     data = runs({"ppo": flat, "cory": cory_slow_efficient})
-    inp = cl.gather(data, "sentiment", None, ["ppo", "cory"])
+    inp = gather(data, "sentiment", None, ["ppo", "cory"])
     assert inp.best["ppo"].above(0)  # what the old gate read
     c = claim(data, "(1a)")
     assert c.status == cl.INCONCLUSIVE and "ppo did not learn measurably" in c.reason

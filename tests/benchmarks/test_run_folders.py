@@ -16,8 +16,8 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
+from agents.training.config import TrainConfig
 from agents.training.runlog import LedgerError, RunLock, resume_ledger
-from agents.training.train import TrainConfig
 from benchmarks import runner
 from benchmarks.run import main
 from cory_env.data.tokenizer import task_tokenizer

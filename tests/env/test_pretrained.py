@@ -12,7 +12,7 @@ import pytest
 from helpers import write_tiny_gemma3_gguf, write_tiny_gguf
 
 import cory_env
-from agents.training.train import TrainConfig
+from agents.training.config import TrainConfig
 from cory_env import pretrained
 from cory_env.config import load_tokenizer
 from cory_env.tasks.reasoning import extract_answer

@@ -171,7 +171,8 @@ def test_a_task_names_its_offline_model_and_a_new_one_inherits_it(cache, monkeyp
     """`Task.offline_model` is the one place that says which reference LM a task trains from
     when a run names no model: a user's task built on the sentiment task needs no other edit."""
     import cory_env
-    from agents.training.train import TrainConfig, Trainer, default_model
+    from agents.training.config import TrainConfig
+    from agents.training.train import Trainer, default_model
     from cory_env.tasks.offline import SentimentTask
 
     monkeypatch.setenv(pretrain.BUDGET_ENV, "tiny")

@@ -14,7 +14,7 @@ from helpers import ToyTask
 import cory_env
 from agents.learners.ppo import PPOConfig
 from agents.refmodels import transfer as tr
-from agents.training.train import TrainConfig
+from agents.training.config import TrainConfig
 
 cory_env.register_task("toy", ToyTask)
 

@@ -32,7 +32,8 @@ def main(argv=None) -> dict:
     import torch
 
     from agents.learners.ppo import PPOConfig
-    from agents.training.train import TrainConfig, Trainer
+    from agents.training.config import TrainConfig
+    from agents.training.train import Trainer
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("--models", default="runs/critic-memory",

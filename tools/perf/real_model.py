@@ -35,7 +35,8 @@ import agents.llm.rollout as rollout_module
 from agents.learners.ppo import PPOConfig
 from agents.llm.loading import LoraSettings
 from agents.llm.policy import LLMPolicy
-from agents.training.train import TrainConfig, Trainer
+from agents.training.config import TrainConfig
+from agents.training.train import Trainer
 from cory_env.pretrained import resolve_model
 
 TRL_PYTHON = Path(__file__).resolve().parents[2] / ".venv-trl" / "bin" / "python"

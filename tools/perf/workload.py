@@ -85,7 +85,7 @@ def train_config(model: str, method: str, *, task: str = "perf-ref", batch_size:
     from agents.learners.ppo import KLConfig, PPOConfig
     from agents.llm.sampling import SamplingConfig
     from agents.training import cli
-    from agents.training.train import TrainConfig
+    from agents.training.config import TrainConfig
 
     reference = task == "perf-ref"
     ppo = PPOConfig(batch_size=batch_size, mini_batch_size=mini_batch_size, ppo_epochs=4,
