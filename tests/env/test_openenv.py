@@ -12,7 +12,7 @@ pytest.importorskip("openenv.core")
 import uvicorn  # noqa: E402
 from openenv.core import GenericEnvClient  # noqa: E402
 
-import cory_env  # noqa: E402
+from cory_env.demo import evaluate  # noqa: E402
 from cory_env.openenv import CoryAction, CoryOpenEnv, app  # noqa: E402
 from cory_env.tasks.course import THINGS  # noqa: E402
 
@@ -52,14 +52,8 @@ def serve():
 
 def local(seed: int, answers: dict) -> dict:
     """The text env played in process with the same seed: each role's task reward."""
-    game, out = cory_env.text_env(task="course"), {}
-    game.reset(seed=seed)
-    for _ in game.agent_iter():
-        prompt, _, term, trunc, info = game.last()
-        if term or trunc:
-            out[info["role"]] = info["task_reward"]
-        game.step(None if term or trunc else answers[info["role"]](str(prompt)))
-    return out
+    played = evaluate(answers, episodes=1, seed=seed, task="course")["episodes"][0]
+    return {role: turn["reward"] for role, turn in played.items()}
 
 
 def test_a_client_plays_the_observer_against_a_hosted_pioneer(serve):

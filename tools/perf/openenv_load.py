@@ -54,17 +54,11 @@ def observer(seed: int):
 
 def expected(seed: int) -> dict[str, float]:
     """Each role's task reward when the text env is played here with this seed."""
-    import cory_env
+    from cory_env.demo import evaluate
 
-    game, out, plays = cory_env.text_env(task="course"), {}, {"pioneer": pioneer,
-                                                                "observer": observer(seed)}
-    game.reset(seed=seed)
-    for _ in game.agent_iter():
-        prompt, _, term, trunc, info = game.last()
-        if term or trunc:
-            out[info["role"]] = info["task_reward"]
-        game.step(None if term or trunc else plays[info["role"]](str(prompt)))
-    return out
+    played = evaluate({"pioneer": pioneer, "observer": observer(seed)}, episodes=1, seed=seed,
+                      task="course")["episodes"][0]
+    return {role: turn["reward"] for role, turn in played.items()}
 
 
 def rss_mb(pid: int) -> float:
