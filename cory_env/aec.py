@@ -19,25 +19,25 @@
         env.step(None if term or trunc else env.action_space(agent).sample())
 
 **Arguments** (`cory_env.config.EnvConfig`, checked by name): `task`, `tokenizer`,
-`max_new_tokens` and `context_len` (None: the task's), `n_agents`, `rotation`, `swap_roles`,
+`max_new_tokens` and `context_len` (None: the task's), `n_agents`, `rotation`,
 `knowledge_transfer`, `reward_mode`, `single_agent`, `render_mode`, `seed`, `split`,
-`action_mask`, `max_cycles`. Reset options: `rotation`, `swap_roles`, `order`, `queries`,
-`group_size`, `max_new_tokens`.
+`action_mask`, `max_cycles`. Reset options: `rotation`, `queries`, `group_size`,
+`max_new_tokens`.
 
-Agents are `llm_0` and `llm_1`. With `swap_roles=False` llm_0 is the pioneer; the flag (or
-`reset(options={"swap_roles": True})`) makes llm_1 act first. That flag is CORY's role exchange.
+Agents are `llm_0` and `llm_1`. With `rotation=0` llm_0 is the pioneer; `rotation=1` (or
+`reset(options={"rotation": 1})`) makes llm_1 act first. That is CORY's role exchange.
 Both agents terminate together at the end of the observer's turn, when they receive the
 collective reward r_pio + r_obs (or their own reward under reward_mode="individual").
 
 A chain of K agents (`n_agents=K`: `llm_0 .. llm_{K-1}`, roles pioneer, observer_1 ..
 observer_{K-1}): the agent at position k sees the query and the answers of positions 0..k-1
 (each task's `chain_template`), all K are paid the sum of the K task rewards (or their own),
-and `rotation=r` (a config field or reset option) puts llm_{(k + r) mod K} at position k;
-`swap_roles` is the K = 2 spelling of rotation 1 (reset option "order": any permutation of
-the agents, kept until a rotation is given). Prompts grow with K: an unset context_len is
+and `rotation=r` (a config field or reset option) puts llm_{(k + r) mod K} at position k.
+Prompts grow with K: an unset context_len is
 fitted to the longest prompt, a given one that is too short is warned about.
 
-Version history: `cory_v0`, the first.
+Version history: `cory_v0`, the first (role order is the one option `rotation`; the earlier
+`swap_roles` and `order` are refused by name).
 """
 
 from __future__ import annotations
@@ -53,12 +53,13 @@ from pettingzoo.utils import wrappers
 from pettingzoo.utils.conversions import turn_based_aec_to_parallel
 from pettingzoo.utils.env_logger import EnvLogger
 
-from .config import EnvConfig, check_bool, check_rotation
+from .config import SWAP_ROLES_GONE, EnvConfig, check_rotation
 from .core import PIONEER
 from .tasks.base import Query
 
 AGENTS = ("llm_0", "llm_1")
-RESET_OPTIONS = ("swap_roles", "rotation", "order", "queries", "group_size", "max_new_tokens")
+RESET_OPTIONS = ("rotation", "queries", "group_size", "max_new_tokens")
+GONE_OPTIONS = {"swap_roles": SWAP_ROLES_GONE, "order": SWAP_ROLES_GONE}  # refused by name
 
 
 def agent_names(n_agents: int) -> tuple[str, ...]:
@@ -88,10 +89,9 @@ def observation_space(length: int, vocab: int, action_mask: bool) -> spaces.Dict
     return spaces.Dict(outer)
 
 
-def role_order(rotation: int | bool = 0, single_agent: bool = False,
+def role_order(rotation: int = 0, single_agent: bool = False,
                n_agents: int = 2) -> tuple[str, ...]:
-    """Agent names in acting order (pioneer first): position k is llm_{(k + rotation) % K}
-    (rotation True/False: K = 2's swap_roles flag)."""
+    """Agent names in acting order (pioneer first): position k is llm_{(k + rotation) % K}."""
     if single_agent or n_agents == 1:
         return AGENTS[:1]
     names = agent_names(n_agents)
@@ -104,13 +104,13 @@ def parse_reset_options(options, warned: set) -> dict:
     if options is not None and not isinstance(options, Mapping):
         raise TypeError(f"reset options must be a dict or None, got {options!r}")
     options = dict(options or {})
+    for name in sorted(set(options) & set(GONE_OPTIONS)):
+        raise ValueError(f"reset option {name!r} is gone: {GONE_OPTIONS[name]}")
     unknown = sorted(set(options) - set(RESET_OPTIONS))
     if unknown and tuple(unknown) not in warned:
         warned.add(tuple(unknown))
         warnings.warn(f"ignoring unknown reset options {unknown}; known: {list(RESET_OPTIONS)}",
                       stacklevel=3)
-    if "swap_roles" in options:
-        check_bool("swap_roles", options["swap_roles"])
     if "rotation" in options:
         r = options["rotation"]
         if isinstance(r, (bool, np.bool_)) or not isinstance(r, numbers.Integral):
@@ -128,13 +128,6 @@ def parse_reset_options(options, warned: set) -> dict:
         if isinstance(n, (bool, np.bool_)) or not isinstance(n, numbers.Integral) or n < 1:
             raise ValueError(f"reset option max_new_tokens must be a positive integer, got {n!r}")
     return {k: options[k] for k in RESET_OPTIONS if k in options}
-
-
-def check_order(order, agents: list[str]) -> tuple[str, ...]:
-    """The reset option "order" as a tuple, or a ValueError unless it permutes `agents`."""
-    if not isinstance(order, (list, tuple)) or sorted(map(str, order)) != sorted(agents):
-        raise ValueError(f"reset option order must be a permutation of {agents}, got {order!r}")
-    return tuple(order)
 
 
 def resolve_queries(items, pool: list[Query]) -> list[Query]:
@@ -166,13 +159,7 @@ class QuerySource:
         self._rng = np.random.default_rng(self.config.seed)
         self._warned: set = set()
         cfg = self.config
-        self.rotation = check_rotation(cfg.swap_roles, cfg.rotation, cfg.turns)
-        self.permutation: tuple[str, ...] | None = None  # reset option "order", if given
-
-    @property
-    def swap_roles(self) -> bool:
-        """Whether the order is not llm_0's first (K = 2: llm_1 is the pioneer)."""
-        return self.order()[0] != "llm_0"
+        self.rotation = check_rotation(cfg.rotation, cfg.turns)
 
     @property
     def prompt_len(self) -> int:
@@ -190,9 +177,8 @@ class QuerySource:
         return self.episodes.n_turns
 
     def order(self) -> tuple[str, ...]:
-        """The agents in acting order: the reset option "order", else the rotation's."""
-        return self.permutation or role_order(self.rotation, self.config.single_agent,
-                                              self.config.n_agents)
+        """The agents in acting order: the rotation's."""
+        return role_order(self.rotation, self.config.single_agent, self.config.n_agents)
 
     def _reset_queries(self, seed, options, n: int, limit: int | None = None) -> list[Query]:
         """Apply reset(seed, options) and return the n queries of the new episodes.
@@ -207,14 +193,8 @@ class QuerySource:
                 raise TypeError(f"reset(seed=...) must be a non-negative integer or None, got "
                                 f"{seed!r}")
             self._rng = np.random.default_rng(seed)
-        if "order" in opts and ("rotation" in opts or opts.get("swap_roles")):
-            raise ValueError("give the reset option order or rotation/swap_roles, not both")
-        if "order" in opts:
-            self.permutation = check_order(opts["order"], self.possible_agents)
-        if "rotation" in opts or "swap_roles" in opts:
-            self.permutation = None
-            self.rotation = check_rotation(bool(opts.get("swap_roles", False)),
-                                           int(opts.get("rotation", 0)), self.config.turns)
+        if "rotation" in opts:
+            self.rotation = check_rotation(opts["rotation"], self.config.turns)
         group = int(opts.get("group_size", 1))
         if n % group:
             raise ValueError(f"group_size={group} must divide the number of episodes ({n})")

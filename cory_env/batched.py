@@ -53,7 +53,6 @@ class BatchedCoryEnv(QuerySource):
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> dict:
         """Start B episodes; options: "rotation" (int: llm_{(k + r) % K} at position k),
-        "swap_roles" (bool, K = 2's rotation 1), "order" (a permutation of the agents),
         "queries" (Query objects/indices),
         "group_size" (G: B / G queries, each answered G times in a row), "max_new_tokens"
         (n <= T: every answer of this batch stops after n tokens, a length drawn per batch)."""
@@ -134,14 +133,12 @@ class BatchedCoryEnv(QuerySource):
 
     def rng_state(self) -> dict:
         """The query sampler's RNG state (for checkpoints)."""
-        return {"rng": self._rng.bit_generator.state, "swap_roles": self.swap_roles,
-                "rotation": self.rotation, "order": self.permutation}
+        return {"rng": self._rng.bit_generator.state, "rotation": self.rotation}
 
     def set_rng_state(self, state: dict) -> None:
         """Restore what rng_state() returned."""
         self._rng.bit_generator.state = state["rng"]
-        self.rotation = int(state.get("rotation", state["swap_roles"]))
-        self.permutation = state.get("order")
+        self.rotation = int(state["rotation"])
 
     def _slot(self, agent: str | None, what: str) -> int | None:
         """The agent's slot in the current order, or a clear error (before reset / unknown)."""

@@ -24,7 +24,6 @@ class EnvConfig:
     context_len: int | None = None  # observation length L; None -> the task's default
     n_agents: int = 2  # K: a chain llm_0..llm_{K-1}, each seeing the answers before it
     rotation: int = 0  # the order offset: position k is played by llm_{(k + rotation) % K}
-    swap_roles: bool = False  # K = 2's spelling of rotation=1: llm_1 is the pioneer
     knowledge_transfer: bool = True  # the observer sees the pioneer's response
     reward_mode: str = "collective"  # "collective" (r_pio + r_obs to both) or "individual"
     single_agent: bool = False  # only llm_0 acts (the single-agent PPO baseline)
@@ -36,7 +35,7 @@ class EnvConfig:
 
     def validate(self) -> EnvConfig:
         """Check every field, raising a ValueError/TypeError that names the bad value."""
-        for name in ("swap_roles", "knowledge_transfer", "single_agent", "action_mask"):
+        for name in ("knowledge_transfer", "single_agent", "action_mask"):
             check_bool(name, getattr(self, name))
         if self.reward_mode not in REWARD_MODES:
             raise ValueError(f"reward_mode must be one of {REWARD_MODES}, got {self.reward_mode!r}")
@@ -49,7 +48,7 @@ class EnvConfig:
             raise ValueError(f"single_agent=True conflicts with n_agents={self.n_agents}")
         if not _is_int(self.rotation):
             raise TypeError(f"rotation must be an integer, got {self.rotation!r}")
-        check_rotation(self.swap_roles, self.rotation, self.turns)
+        check_rotation(self.rotation, self.turns)
         for name in ("max_new_tokens", "context_len", "max_cycles"):
             value = getattr(self, name)
             if value is not None and (not _is_int(value) or value < 1):
@@ -97,24 +96,23 @@ class EnvConfig:
     def from_kwargs(cls, **kwargs) -> EnvConfig:
         """Build a config from keywords, naming any unknown key."""
         known = {f.name for f in fields(cls)}
+        if "swap_roles" in kwargs:
+            raise TypeError(f"swap_roles is gone: {SWAP_ROLES_GONE}")
         unknown = sorted(set(kwargs) - known)
         if unknown:
             raise TypeError(f"unknown env config keys {unknown}; known: {sorted(known)}")
         return cls(**kwargs).validate()
 
 
-def check_rotation(swap_roles, rotation, n_agents: int) -> int:
-    """The rotation offset that `swap_roles` and `rotation` ask for together, mod K; a
-    ValueError when swap_roles=True is given with K != 2 or disagrees with rotation."""
-    check_bool("swap_roles", swap_roles)
-    if n_agents == 1:  # one agent: nothing to rotate
-        return 0
-    if swap_roles and n_agents != 2:
-        raise ValueError(f"swap_roles=True is the two-agent spelling of rotation=1; with "
-                         f"n_agents={n_agents} set rotation instead")
-    if swap_roles and rotation % 2 == 0 and rotation != 0:
-        raise ValueError(f"swap_roles=True and rotation={rotation} disagree")
-    return (1 if swap_roles else rotation) % n_agents
+SWAP_ROLES_GONE = ("role order is one option, rotation: rotation=1 makes llm_1 the pioneer "
+                   "(position k is played by llm_{(k + rotation) % K})")
+
+
+def check_rotation(rotation, n_agents: int) -> int:
+    """The rotation offset mod K (0 for one agent), or a ValueError naming a non-integer."""
+    if isinstance(rotation, bool) or not _is_int(rotation):
+        raise ValueError(f"rotation must be an integer, got {rotation!r}")
+    return 0 if n_agents == 1 else int(rotation) % n_agents
 
 
 def load_tokenizer(tokenizer):

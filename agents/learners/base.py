@@ -177,6 +177,23 @@ def joint_whiten(advantages: list[torch.Tensor], masks: list[torch.Tensor],
                         torch.zeros_like(a)) for a, mk in zip(advantages, masks)]
 
 
+def norm_groups(agents: list[str], per_agent: bool) -> list[list[str]]:
+    """The agents whose advantages share one normalisation: each alone (`per_agent_norm`, the
+    default), or all together. Every learner's per-agent branch is this one."""
+    return [[a] for a in agents] if per_agent else [list(agents)]
+
+
+def whiten_agents(values: dict[str, torch.Tensor], masks: dict[str, torch.Tensor],
+                  per_agent: bool, gather=None) -> dict[str, torch.Tensor]:
+    """Each agent's (B, T) values whitened over its own masked tokens, or over every agent's
+    together (`joint_whiten` per `norm_groups`)."""
+    out = {}
+    for members in norm_groups(list(values), per_agent):
+        white = joint_whiten([values[a] for a in members], [masks[a] for a in members], gather)
+        out.update(zip(members, white))
+    return out
+
+
 class Learner:
     """Base learner: one PPOAgent per LLM; subclasses override `update` (and maybe more).
 
@@ -398,14 +415,15 @@ class IPPO(Learner):
         """PPO on each agent's own turn (advantages whitened per agent, or jointly)."""
         batches = {a: self.agents[a].batch(t) for a, t in turns.items()}
         cfg = self.cfg.ppo
-        if not self.cfg.per_agent_norm and len(batches) > 1 and cfg.whiten_advantages:
+        if cfg.whiten_advantages:
             raw = replace(cfg, whiten_advantages=False)
             for b in batches.values():
                 prepare_advantages(b, raw)
-            white = joint_whiten([b.advantages for b in batches.values()],
-                                 [b.response_mask for b in batches.values()])
-            for b, w in zip(batches.values(), white):
-                b.advantages = w
+            white = whiten_agents({a: b.advantages for a, b in batches.items()},
+                                  {a: b.response_mask for a, b in batches.items()},
+                                  self.cfg.per_agent_norm)
+            for a, b in batches.items():
+                b.advantages = white[a]
         return {a: self.agents[a].learn(b, turns[a], self.generator) for a, b in batches.items()}
 
 

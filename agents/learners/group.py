@@ -17,7 +17,7 @@ from dataclasses import replace
 
 import torch
 
-from .base import Learner
+from .base import Learner, norm_groups
 
 
 class GroupLearner(Learner):
@@ -44,14 +44,17 @@ class GroupLearner(Learner):
 
     def grouped(self, returns: dict[str, torch.Tensor], group: int) -> dict[str, torch.Tensor]:
         """`advantages` per agent, or over groups that pool every agent's answers."""
-        if self.cfg.per_agent_norm or len(returns) == 1:
-            return {a: self.advantages(r, group) for a, r in returns.items()}
-        names, dev = list(returns), next(iter(returns.values())).device
-        n = len(returns[names[0]]) // group
-        pooled = torch.cat([returns[a].to(dev).view(n, group) for a in names], 1)  # (n, A*G)
-        adv = self.advantages(pooled.flatten(), group * len(names)).view(n, -1)
-        return {a: adv[:, k * group:(k + 1) * group].flatten().to(returns[a].device)
-                for k, a in enumerate(names)}
+        out = {}
+        for names in norm_groups(list(returns), self.cfg.per_agent_norm):
+            if len(names) == 1:
+                out[names[0]] = self.advantages(returns[names[0]], group)
+                continue
+            dev, n = returns[names[0]].device, len(returns[names[0]]) // group
+            pooled = torch.cat([returns[a].to(dev).view(n, group) for a in names], 1)  # (n, A*G)
+            adv = self.advantages(pooled.flatten(), group * len(names)).view(n, -1)
+            out.update({a: adv[:, k * group:(k + 1) * group].flatten().to(returns[a].device)
+                        for k, a in enumerate(names)})
+        return out
 
     def update(self, turns, iteration):
         """Clipped policy-gradient updates from each answer's group advantage."""

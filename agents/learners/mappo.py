@@ -18,10 +18,10 @@ from dataclasses import replace
 
 import torch
 
-from .base import IPPO, LearnerConfig, joint_whiten, register_learner
+from .base import IPPO, LearnerConfig, register_learner, whiten_agents
 from .comm import Comm
 from .cory import CORY
-from .ppo import forward_passes, gae, masked_whiten, value_loss
+from .ppo import forward_passes, gae, value_loss
 from .shaping import token_rewards
 
 
@@ -134,10 +134,10 @@ class MAPPO(IPPO):
         adv, returns = mappo_advantages(torch.cat(rewards, 1), old_values, rmask, collective,
                                         cfg.gamma, cfg.lam, K)
         if cfg.whiten_advantages:  # per agent (per_agent_norm), or over every agent's tokens
-            parts = [adv[:, c] for c in spans]
-            masks = [rmask[:, c] for c in spans]
-            adv = torch.cat(joint_whiten(parts, masks) if not self.cfg.per_agent_norm else
-                            [masked_whiten(a, m) for a, m in zip(parts, masks)], 1)
+            white = whiten_agents({k: adv[:, c] for k, c in enumerate(spans)},
+                                  {k: rmask[:, c] for k, c in enumerate(spans)},
+                                  self.cfg.per_agent_norm)
+            adv = torch.cat([white[k] for k in range(K)], 1)
         for k, turn in enumerate(chain):
             batch, cols_k = batches[turn.agent], slice(k * T, (k + 1) * T)
             home = turn.response_mask.device

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 import torch
 
-from .base import Learner, register_learner
+from .base import Learner, norm_groups, register_learner
 from .cory import CORY
 
 
@@ -33,10 +33,12 @@ class Reinforce(Learner):
         batches = {a: self.agents[a].batch(t) for a, t in turns.items()}  # -beta*KL + score
         returns = {a: (b.rewards * b.response_mask).sum(1) for a, b in batches.items()}
         # the baseline's statistics: the global batch (every rank), per agent or over both
-        pools = {a: self.comm.gather(r) for a, r in returns.items()}
-        if not self.cfg.per_agent_norm:
-            both = torch.cat([p.cpu() for p in pools.values()])
-            pools = dict.fromkeys(pools, both)
+        gathered = {a: self.comm.gather(r) for a, r in returns.items()}
+        pools = {}
+        for members in norm_groups(list(returns), self.cfg.per_agent_norm):
+            pool = gathered[members[0]] if len(members) == 1 else \
+                torch.cat([gathered[a].cpu() for a in members])
+            pools.update(dict.fromkeys(members, pool))
         stats = {}
         for a, b in batches.items():
             every = pools[a].to(returns[a].device)

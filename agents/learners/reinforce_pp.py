@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import joint_whiten, register_learner
+from .base import register_learner, whiten_agents
 from .group import GroupLearner
 from .ppo import gae
 from .structure import SINGLE
@@ -33,13 +33,10 @@ class ReinforcePP(GroupLearner):
         for b in batches.values():  # values 0 and lambda 1: GAE is the discounted reward-to-go
             _, b.returns = gae(b.rewards.float(), torch.zeros_like(b.rewards), b.response_mask,
                                cfg.gamma, 1.0)
-        names = list(batches)
-        groups = [[a] for a in names] if self.cfg.per_agent_norm else [names]
-        for members in groups:
-            white = joint_whiten([batches[a].returns for a in members],
-                                 [batches[a].response_mask for a in members],
-                                 gather=self.comm.gather)
-            for a, w in zip(members, white):
-                batches[a].advantages = w
+        white = whiten_agents({a: b.returns for a, b in batches.items()},
+                              {a: b.response_mask for a, b in batches.items()},
+                              self.cfg.per_agent_norm, gather=self.comm.gather)
+        for a, b in batches.items():
+            b.advantages = white[a]
         return {a: self.agents[a].learn(b, turns[a], self.generator)
                 for a, b in batches.items()}

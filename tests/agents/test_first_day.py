@@ -201,7 +201,7 @@ def test_numpy_scalars_count_as_python_ones(toy_lm):
     assert type(cfg.seed) is int and type(cfg.ppo.ppo_epochs) is int
     assert type(cfg.load_in_4bit) is bool
     env = cory_env.BatchedCoryEnv(batch_size=np.int64(2), task="toy")
-    env.reset(options={"swap_roles": np.bool_(True), "queries": [np.int64(0), np.int64(1)]})
+    env.reset(options={"rotation": np.int64(1), "queries": [np.int64(0), np.int64(1)]})
     assert env.batch_size == 2
 
 

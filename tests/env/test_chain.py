@@ -34,31 +34,18 @@ def test_rotation_orders_the_chain():
         ["llm_0", "llm_1", "llm_2"]
 
 
-def test_any_permutation_as_the_order():
+def test_role_order_is_one_option_and_the_old_spellings_are_refused_by_name():
+    a = cory_env.env(task="course")
+    a.reset(seed=1, options={"rotation": 1})
+    assert a.agents == ["llm_1", "llm_0"]
+    with pytest.raises(TypeError, match="swap_roles is gone: .*rotation=1"):
+        cory_env.env(task="course", swap_roles=True)
     env = BatchedCoryEnv(batch_size=2, task="course", n_agents=3)
-    env.reset(seed=0, options={"order": ["llm_2", "llm_0", "llm_1"]})
-    assert env.agents == ["llm_2", "llm_0", "llm_1"] and env.role == "pioneer"
-    env.reset(seed=0)  # the order stays until a rotation is given
-    assert env.agents == ["llm_2", "llm_0", "llm_1"]
-    env.reset(seed=0, options={"rotation": 0})
-    assert env.agents == ["llm_0", "llm_1", "llm_2"]
-    for bad in (["llm_0", "llm_1"], ["llm_0", "llm_0", "llm_1"], "llm_0"):
-        with pytest.raises(ValueError, match="order must be a permutation"):
-            env.reset(options={"order": bad})
-    with pytest.raises(ValueError, match="not both"):
-        env.reset(options={"order": ["llm_0", "llm_1", "llm_2"], "rotation": 1})
-
-
-def test_swap_roles_is_the_two_agent_spelling_of_rotation_one():
-    a, b = cory_env.env(task="course"), cory_env.env(task="course")
-    a.reset(seed=1, options={"swap_roles": True})
-    b.reset(seed=1, options={"rotation": 1})
-    assert a.agents == b.agents == ["llm_1", "llm_0"]
-    with pytest.raises(ValueError, match="rotation"):
-        cory_env.env(task="course", n_agents=3, swap_roles=True)
+    for gone in ({"swap_roles": True}, {"order": ["llm_2", "llm_0", "llm_1"]}):
+        with pytest.raises(ValueError, match=f"reset option '{next(iter(gone))}' is gone: "
+                                             f".*rotation"):
+            env.reset(options=gone)
     env = cory_env.env(task="course", n_agents=3)
-    with pytest.raises(ValueError, match="rotation"):
-        env.reset(options={"swap_roles": True})
     with pytest.raises(ValueError, match="rotation must be an integer, got 1.5"):
         env.reset(options={"rotation": 1.5})
     with pytest.raises(ValueError, match="n_agents must be a positive integer, got 0"):

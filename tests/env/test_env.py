@@ -61,7 +61,7 @@ def toy_factory(**kw):
     return make
 
 
-@pytest.mark.parametrize("kw", [{}, {"swap_roles": True, "action_mask": True},
+@pytest.mark.parametrize("kw", [{}, {"rotation": 1, "action_mask": True},
                                 {"single_agent": True}, {"knowledge_transfer": False}])
 def test_pettingzoo_api_and_seed(kw):
     with warnings.catch_warnings():
@@ -131,11 +131,11 @@ def test_last_and_cumulative_rewards_agree():
 
 
 @pytest.mark.parametrize("mode", ["collective", "individual"])
-def test_swap_roles_flag_changes_who_acts_first(mode):
+def test_rotation_changes_who_acts_first(mode):
     script = {"llm_0": [ID["good"], EOS], "llm_1": [ID["bad"], ID["bad"], EOS]}
-    for swap, first in [(False, "llm_0"), (True, "llm_1")]:
+    for rotation, first in [(0, "llm_0"), (1, "llm_1")]:
         env = cory_env.env(task=ToyTask(), reward_mode=mode)
-        env.reset(options={"queries": [0], "swap_roles": swap})
+        env.reset(options={"queries": [0], "rotation": rotation})
         assert env.agent_selection == first
         rewards, infos = play_until_end(env, script)
         assert infos[first]["role"] == "pioneer"
@@ -143,8 +143,8 @@ def test_swap_roles_flag_changes_who_acts_first(mode):
             assert rewards == {"llm_0": 1.0, "llm_1": -2.0}  # rewards follow the agent
         else:
             assert rewards == {"llm_0": -1.0, "llm_1": -1.0}
-    # the constructor flag does the same as the reset option
-    env = cory_env.env(task=ToyTask(), swap_roles=True)
+    # the constructor keyword does the same as the reset option
+    env = cory_env.env(task=ToyTask(), rotation=1)
     env.reset()
     assert env.agent_selection == "llm_1"
 
@@ -265,8 +265,8 @@ def test_stepping_a_finished_agent_needs_none():
 
 def test_reset_option_with_wrong_type_raises():
     env = cory_env.env(task=ToyTask())
-    with pytest.raises(TypeError, match="swap_roles.*'yes'"):
-        env.reset(options={"swap_roles": "yes"})
+    with pytest.raises(ValueError, match="rotation must be an integer, got 'yes'"):
+        env.reset(options={"rotation": "yes"})
     with pytest.raises(ValueError, match="query 99"):
         env.reset(options={"queries": [99]})
 
@@ -283,7 +283,8 @@ def test_unknown_reset_options_warn_once_naming_them():
 @pytest.mark.parametrize("kw, match", [
     ({"reward_mode": "shared"}, "reward_mode.*'shared'"),
     ({"max_new_tokens": 0}, "max_new_tokens.*0"),
-    ({"swap_roles": "yes"}, "swap_roles.*'yes'"),
+    ({"rotation": "yes"}, "rotation must be an integer.*'yes'"),
+    ({"swap_roles": True}, "swap_roles is gone: .*rotation=1 makes llm_1 the pioneer"),
     ({"render_mode": "rgb"}, "render_mode.*'rgb'"),
     ({"task": "nope"}, "unknown task 'nope'"),
     ({"colour": 1}, "unknown env config keys.*colour"),

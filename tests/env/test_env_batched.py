@@ -21,7 +21,7 @@ def random_scripts(rng, batch, max_new, vocab, eos_prob=0.25):
     return tokens
 
 
-@pytest.mark.parametrize("kw", [{}, {"swap_roles": True}, {"knowledge_transfer": False},
+@pytest.mark.parametrize("kw", [{}, {"rotation": 1}, {"knowledge_transfer": False},
                                 {"reward_mode": "individual"}, {"single_agent": True}])
 def test_batched_equals_aec(kw):
     batch, max_new = 7, 5

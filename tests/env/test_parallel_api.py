@@ -15,7 +15,7 @@ ID = {w: i for i, w in enumerate(WORDS)}
 EOS = ID["<eos>"]
 
 
-@pytest.mark.parametrize("kw", [{}, {"swap_roles": True, "action_mask": True},
+@pytest.mark.parametrize("kw", [{}, {"rotation": 1, "action_mask": True},
                                 {"knowledge_transfer": False}])
 def test_course_parallel_api_and_seed(kw):
     def make(render_mode=None):

@@ -14,7 +14,7 @@ from cory_env.text import Prompt
 
 SETTINGS = [dict(task="course"), dict(task="course", n_agents=3, rotation=1),
             dict(task="course", single_agent=True), dict(task="arithmetic"),
-            dict(task="sentiment", reward_mode="individual", swap_roles=True)]
+            dict(task="sentiment", reward_mode="individual", rotation=1)]
 
 
 @pytest.mark.parametrize("kw", SETTINGS, ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()))
