@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from agents.training.stats import ALPHA, detectable_effect, holm
+from agents.training.intervals import ALPHA, detectable_effect, holm
 
 from .evidence import MIN_SEEDS, Inputs, gather, missing_methods
 from .frontier import (

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from agents.training.intervals import mean_interval
 from agents.training.runlog import read_jsonl
-from agents.training.stats import mean_interval
 
 from .records import RunData, curves, final_value, select
 

@@ -16,7 +16,7 @@ Files: `comm.py` (the collectives and model wrappers a learner calls through its
 checkpoints), `__main__.py` (the command line). docs/scaling.md says what is synchronised.
 """
 
-from .comm import DDPComm, FSDPComm, SyncedPolicy, wrap_policy
+from .ranks import DDPComm, FSDPComm, SyncedPolicy, wrap_policy
 from .trainer import (
     SUPPORTED,
     DistributedTrainer,

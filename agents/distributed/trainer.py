@@ -25,7 +25,7 @@ from torch import nn
 from ..training.checkpoint import atomic_save, load_trainer_state, read_checkpoint, trainer_state
 from ..training.config import TrainConfig
 from ..training.train import Trainer
-from .comm import DDPComm, FSDPComm, SyncedPolicy
+from .ranks import DDPComm, FSDPComm, SyncedPolicy
 
 SUPPORTED = ("NO", "MULTI_CPU", "MULTI_GPU", "MULTI_XPU", "MULTI_NPU", "MULTI_MLU", "MULTI_MUSA",
              "MULTI_HPU", "MULTI_SDAA")

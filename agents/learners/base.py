@@ -18,6 +18,7 @@ import copy
 import functools
 import importlib
 import math
+import pkgutil
 from dataclasses import dataclass, field, fields, replace
 
 import torch
@@ -37,10 +38,9 @@ from .ppo import (
     masked_mean,
     masked_var,
     ppo_update,
-    prepare_advantages,
 )
 from .shaping import RunningMoments, make_kl_controller, scale_scores, token_rewards
-from .structure import INDEPENDENT, SINGLE, Structure, structures
+from .structure import INDEPENDENT, Structure, structures
 
 
 @dataclass
@@ -333,16 +333,12 @@ def register_method(name: str, algorithm: str, structure: Structure) -> None:
     _METHODS[name] = (algorithm, structure)
 
 
-# The modules that register the built-in learners, listed explicitly (a new one goes here).
-BUILTIN = ("cory", "arms", "grpo", "dr_grpo", "rloo", "reinforce", "reinforce_pp", "mappo")
-
-
 @functools.cache
 def register_builtin() -> None:
-    """Import the BUILTIN learner modules, then the installed `cory.learners` entry points
-    (once)."""
-    for module in BUILTIN:
-        importlib.import_module(f"{__package__}.{module}")
+    """Import every module of this package (each registers the learners and methods it
+    defines), then the installed `cory.learners` entry points (once)."""
+    for module in pkgutil.iter_modules(importlib.import_module(__package__).__path__):
+        importlib.import_module(f"{__package__}.{module.name}")
     load_entry_points("cory.learners")
 
 
@@ -404,27 +400,3 @@ def registered_structures() -> list[str]:
     """Names of all registered structures."""
     register_builtin()
     return sorted(structures())
-
-
-@register_learner("ppo", structure=SINGLE)
-class IPPO(Learner):
-    """PPO for every LLM, each on its own turn with its own critic (independent PPO on two
-    agents; the method `ppo` is one agent alone, `cory` two on CORY's structure)."""
-
-    def update(self, turns, iteration):
-        """PPO on each agent's own turn (advantages whitened per agent, or jointly)."""
-        batches = {a: self.agents[a].batch(t) for a, t in turns.items()}
-        cfg = self.cfg.ppo
-        if cfg.whiten_advantages:
-            raw = replace(cfg, whiten_advantages=False)
-            for b in batches.values():
-                prepare_advantages(b, raw)
-            white = whiten_agents({a: b.advantages for a, b in batches.items()},
-                                  {a: b.response_mask for a, b in batches.items()},
-                                  self.cfg.per_agent_norm)
-            for a, b in batches.items():
-                b.advantages = white[a]
-        return {a: self.agents[a].learn(b, turns[a], self.generator) for a, b in batches.items()}
-
-
-register_method("ippo", "ppo", INDEPENDENT)

@@ -18,9 +18,10 @@ from dataclasses import replace
 
 import torch
 
-from .base import IPPO, LearnerConfig, register_learner, whiten_agents
+from .base import LearnerConfig, register_learner, whiten_agents
 from .comm import Comm
 from .cory import CORY
+from .ippo import IPPO
 from .ppo import forward_passes, gae, value_loss
 from .shaping import token_rewards
 

@@ -20,7 +20,7 @@
 
 Gains are means over seeds with 95% t intervals; a transfer is the ratio of the mean gains
 with Fieller's 95% interval, unbounded when the denominator's own interval contains 0
-(`agents.training.stats`). The verdict reads the interval, never the point: *present* when it
+(`agents.training.intervals`). The verdict reads the interval, never the point: *present* when it
 lies at
 or above PRESENT, *absent* below WEAK, *weak* inside (0, PRESENT), *undefined* when PPO's gain
 is not clear of 0 (nothing to carry) and *inconclusive* otherwise. Episodes are played
@@ -45,8 +45,8 @@ from ..llm.rollout import answer_alone
 from ..llm.sampling import SamplingConfig
 from ..training.checkpoint import read_checkpoint
 from ..training.config import TrainConfig
+from ..training.intervals import Interval, Ratio, mean_interval, ratio_interval
 from ..training.restore import load_agents, run_tokenizer, saved_config
-from ..training.stats import Interval, Ratio, mean_interval, ratio_interval
 from ..training.train import Trainer, build_policies, default_model, model_of, tokenizer_folder
 from .measure import as_policy, forced_tokens, play_episode
 

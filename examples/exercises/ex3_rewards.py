@@ -15,7 +15,8 @@ import tempfile
 
 import torch
 
-from agents.learners.base import IPPO, register_learner
+from agents.learners.base import register_learner
+from agents.learners.ippo import IPPO
 from agents.training.train import Trainer
 
 from .common import course_config, course_lm

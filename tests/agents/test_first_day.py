@@ -16,7 +16,8 @@ from helpers import ToyTask, save_toy_lm
 from transformers import GPT2Config, GPT2LMHeadModel
 
 import cory_env
-from agents.learners.base import IPPO, register_learner, registered_methods
+from agents.learners.base import register_learner, registered_methods
+from agents.learners.ippo import IPPO
 from agents.learners.ppo import KLConfig, PPOConfig
 from agents.training.config import TrainConfig
 from agents.training.train import Trainer
@@ -39,7 +40,8 @@ def numbers(metrics):
 
 # ----------------------------------------------------------------------------- plug-ins
 PLUGIN = textwrap.dedent('''
-    from agents.learners.base import IPPO, register_learner
+    from agents.learners.base import register_learner
+    from agents.learners.ippo import IPPO
     from cory_env import register_task
     from cory_env.tasks.offline import SentimentTask
 

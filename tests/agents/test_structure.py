@@ -8,7 +8,6 @@ from helpers import ToyTask
 
 import cory_env
 from agents.learners.base import (
-    IPPO,
     Learner,
     register_learner,
     registered_algorithms,
@@ -17,6 +16,7 @@ from agents.learners.base import (
     resolve_method,
 )
 from agents.learners.cory import CORY, CORY_NO_KT, CORY_NO_RE
+from agents.learners.ippo import IPPO
 from agents.learners.ppo import KLConfig, PPOConfig
 from agents.learners.structure import INDEPENDENT, SINGLE, Structure
 from agents.training.config import (

@@ -283,7 +283,7 @@ def test_a_negligible_cory_change_is_not_read_as_a_decline():
 
 def test_holm_adjusts_within_the_task_and_can_turn_a_raw_verdict_inconclusive():
     assert st.mean_interval([1.0]).p_above(0) == 1.0
-    from agents.training.stats import holm
+    from agents.training.intervals import holm
 
     assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
     # CORY's KL 2.4x PPO's with wide seed noise: raw p < 0.05, but not after Holm over 5 claims

@@ -98,7 +98,7 @@ def test_a_small_positive_denominator_gives_an_unbounded_ratio_not_an_explosion(
 
 
 def test_fieller_matches_a_hand_computed_interval():
-    from agents.training.stats import ratio_interval, t_quantile
+    from agents.training.intervals import ratio_interval, t_quantile
 
     a, b = [1.0, 2.0, 3.0], [2.0, 2.0, 2.0]  # the denominator has no spread: a/2's interval
     r = ratio_interval(a, b)

@@ -18,8 +18,9 @@ from dataclasses import replace
 import numpy as np
 
 from ..llm.sampling import SamplingConfig
-from .base import IPPO, register_learner, register_method
+from .base import register_learner, register_method
 from .cory import CORY
+from .ippo import IPPO
 from .ppo import PPOConfig
 from .structure import SINGLE
 
