@@ -11,7 +11,7 @@ or from Python, inside a script started by torchrun / accelerate launch:
         if trainer.is_main_process:
             print(metrics["llm_0"]["task_reward"])
 
-Files: `comm.py` (the collectives and model wrappers a learner calls through its `comm`),
+Files: `ranks.py` (the collectives and model wrappers a learner calls through its `comm`),
 `fsdp.py` (FSDP2 sharding), `trainer.py` (`DistributedTrainer`: data shards, metrics,
 checkpoints), `__main__.py` (the command line). docs/scaling.md says what is synchronised.
 """
