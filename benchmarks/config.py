@@ -22,7 +22,7 @@ from pathlib import Path
 from agents.learners.base import registered_methods, resolve_method
 from agents.training import cli
 from agents.training.checkpoint import config_differences, run_config
-from agents.training.config import TrainConfig, check_device, mini_batch_follows, upgrade_settings
+from agents.training.config import TrainConfig, check_device, mini_batch_follows
 from cory_env import is_exact_match, make_task, offline_model, registered_tasks
 from cory_env import task_options as cory_task_options
 from cory_env.checks import check_int
@@ -352,10 +352,8 @@ def check_resume_flags(given: dict, saved: BenchConfig) -> None:
 
 
 def from_saved(data: dict) -> BenchConfig:
-    """The BenchConfig of a run folder's run_config.json contents (an earlier version's
-    setting names read as today's)."""
-    if isinstance(data.get("train"), dict):
-        data = {**data, "train": upgrade_settings(data["train"])}
+    """The BenchConfig of a run folder's run_config.json contents (its format checked first:
+    `benchmarks.records.check_format`)."""
     return cli.from_dict(BenchConfig, data)
 
 

@@ -23,16 +23,26 @@ from pathlib import Path
 
 import numpy as np
 
-from agents.training.config import upgrade_settings
 from agents.training.runlog import read_jsonl
 from cory_env import is_exact_match
 
 from .stats import smooth
 
+FORMAT = 3  # of run_config.json and the records beside it (3: today's setting names)
+
+
+def check_format(config: dict, where) -> None:
+    """Refuse a run folder written in another format, naming both (format 2 and earlier used
+    setting names that were renamed since, e.g. ppo.init_kl_coef for ppo.kl.beta)."""
+    found = config.get("format")
+    if found != FORMAT:
+        raise ValueError(f"{where} is run-folder format {found}, this version reads format "
+                         f"{FORMAT} only: rerun it, or read it with the version that wrote it")
+
 
 def rotation_of(record: dict) -> int:
-    """A record's role rotation (records written before it existed carry K = 2's swap_roles)."""
-    return int(record.get("rotation", int(bool(record.get("swap_roles")))))
+    """A record's role rotation (0 where a record has none: one agent, or a synthetic one)."""
+    return int(record.get("rotation", 0))
 
 
 def select(rows: Iterable[dict], **match) -> list[dict]:
@@ -173,8 +183,8 @@ class RunData:
         read = lambda name: json.loads((folder / name).read_text()) \
             if (folder / name).exists() else {}  # noqa: E731
         config = read("run_config.json")
-        if isinstance(config.get("train"), dict):  # an earlier version's names as today's
-            config["train"] = upgrade_settings(config["train"])
+        if config:
+            check_format(config, folder / "run_config.json")
         return cls(read_jsonl(folder / "metrics.jsonl"), read_jsonl(folder / "alone.jsonl"),
                    config, mechanism=read("mechanism.json"))
 

@@ -38,9 +38,8 @@ from cory_env.text import copy_rate
 
 from .config import BenchConfig, RunSpec, check_resume, from_saved, run_specs, train_config
 from .evaluate import evaluate_alone, evaluation_due
-from .records import select
+from .records import FORMAT, check_format, select
 
-FORMAT = 2
 ID_COLUMNS = ("task", "method", "seed", "sweep_eta", "run", "iteration", "agent", "role",
               "position", "rotation")
 CSV_COLUMNS = ID_COLUMNS + (
@@ -133,9 +132,8 @@ class RunFolder:
             raise ValueError(f"--resume: {self.config} not found; nothing to resume")
         saved = json.loads(self.config.read_text())
         saved.pop("code", None)
-        if saved.pop("format", None) != FORMAT:
-            raise ValueError(f"--resume: {self.config} was written by another version of the "
-                             f"benchmark (format {FORMAT} expected); start a new run folder")
+        check_format(saved, f"--resume: {self.config}")
+        saved.pop("format")
         try:
             return from_saved(saved)
         except (TypeError, ValueError) as err:

@@ -160,7 +160,7 @@ class PPOAgent:
     def load_state_dict(self, state: dict) -> None:
         """Restore what state_dict saved."""
         self.optimizer.load_state_dict(state["optimizer"])
-        self.kl_controller.load_state_dict(state["kl"] if "kl" in state else state["kl_ctl"])
+        self.kl_controller.load_state_dict(state["kl"])
         self.score_stats.load_state_dict(state["score_stats"])
 
 

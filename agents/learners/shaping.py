@@ -29,9 +29,8 @@ class AdaptiveKLController:
         return {"beta": self.beta, "target": self.target, "horizon": self.horizon}
 
     def load_state_dict(self, state: Mapping[str, float]) -> None:
-        """Restore from state_dict() (an earlier version's `value` is beta)."""
-        self.beta, self.target = float(state.get("beta", state.get("value"))), \
-            float(state["target"])
+        """Restore from state_dict()."""
+        self.beta, self.target = float(state["beta"]), float(state["target"])
         self.horizon = float(state["horizon"])
 
 
@@ -50,8 +49,8 @@ class FixedKLController:
         return {"beta": self.beta}
 
     def load_state_dict(self, state: Mapping[str, float]) -> None:
-        """Restore from state_dict() (an earlier version's `value` is beta)."""
-        self.beta = float(state.get("beta", state.get("value")))
+        """Restore from state_dict()."""
+        self.beta = float(state["beta"])
 
 
 def make_kl_controller(cfg: Any) -> AdaptiveKLController | FixedKLController:

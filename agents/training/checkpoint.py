@@ -17,7 +17,7 @@ import torch
 
 from cory_env.files import atomic_write
 
-FORMAT = 1
+FORMAT = 2  # 2: today's setting names, the rotation alone, the KL controller's "beta"
 # Settings a resumed run may change: they do not change what the next iterations compute.
 RESUMABLE_CHANGES = ("iterations", "device", "placement")
 
@@ -111,8 +111,11 @@ def load_trainer_state(trainer, state: dict, where: str = "checkpoint") -> None:
     is refused with every such field and both values named; `RESUMABLE_CHANGES` (the number
     of iterations, the device and the placement) are allowed.
     """
-    if not isinstance(state, dict) or state.get("format") != FORMAT or "policies" not in state:
+    if not isinstance(state, dict) or "policies" not in state:
         raise ValueError(f"{where} is not a cory Trainer checkpoint (format {FORMAT})")
+    if state.get("format") != FORMAT:
+        raise ValueError(f"{where} is checkpoint format {state.get('format')}, this version "
+                         f"reads format {FORMAT} only: resume it with the version that wrote it")
     if "config" in state:
         refused, allowed = config_differences(state["config"], run_config(trainer.cfg))
         if allowed and not refused:

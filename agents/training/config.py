@@ -7,7 +7,6 @@ budget), checked before any model loads, and how command lines and saved runs be
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import os
 from dataclasses import dataclass, field
@@ -257,52 +256,6 @@ def mini_batch_follows(cfg: TrainConfig, given: set[str]) -> TrainConfig:
     cfg.ppo = dataclasses.replace(ppo, batch_size=b, mini_batch_size=b // accum,
                                   grad_accum_steps=accum)
     return cfg
-
-
-# Settings that earlier versions saved under other names (run folders, checkpoints):
-# old dotted path -> today's (None: no longer a setting)
-RENAMED = {"ppo.init_kl_coef": "ppo.kl.beta", "ppo.adap_kl_ctrl": "ppo.kl.adaptive",
-           "ppo.kl_target": "ppo.kl.target", "ppo.kl_horizon": "ppo.kl.horizon",
-           "ppo.scale_kl_horizon": "ppo.kl.scale_horizon", "ppo.kl_penalty": "ppo.kl.penalty",
-           "ppo.kl_in": "ppo.kl.where", "ppo.kl_loss_estimator": "ppo.kl.loss_estimator",
-           "group_kl_in": None}
-
-
-def upgrade_settings(saved: dict) -> dict:
-    """A TrainConfig's saved settings (nested as `dataclasses.asdict` writes them, or flat by
-    dotted path) in today's names; where the KL acts is kept only when an earlier version
-    was told something other than its default."""
-    flat = not any(isinstance(v, dict) and k in ("ppo", "sampling") for k, v in saved.items())
-    out = copy.deepcopy(saved)
-    old_group = _pop(out, "group_kl_in", flat)
-    for old, new in RENAMED.items():
-        value = _pop(out, old, flat)
-        if value is _MISSING or new is None:
-            continue
-        if new == "ppo.kl.where":
-            value = "loss" if value == "loss" else ("reward" if old_group == "reward" else None)
-        if flat:
-            out[new] = value
-        else:
-            node = out
-            for part in new.split(".")[:-1]:
-                node = node.setdefault(part, {})
-            node[new.split(".")[-1]] = value
-    return out
-
-
-_MISSING = object()
-
-
-def _pop(d: dict, path: str, flat: bool):
-    if flat:
-        return d.pop(path, _MISSING)
-    *parents, last = path.split(".")
-    for part in parents:
-        d = d.get(part)
-        if not isinstance(d, dict):
-            return _MISSING
-    return d.pop(last, _MISSING)
 
 
 def more_samples(cfg: TrainConfig, k: int) -> TrainConfig:

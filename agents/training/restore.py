@@ -14,7 +14,7 @@ from ..llm.sampling import SamplingConfig
 from ..llm.text import TextPolicy
 from . import cli
 from .checkpoint import load_trainable_state, read_checkpoint
-from .config import TrainConfig, upgrade_settings
+from .config import TrainConfig
 from .train import build_policies, model_of, tokenizer_folder
 
 
@@ -22,7 +22,7 @@ def saved_config(state: dict) -> TrainConfig:
     """The TrainConfig a checkpoint was written under (its `run_config` read back; an earlier
     version's setting names read as today's)."""
     values = {}
-    for key, value in upgrade_settings(state["config"]).items():
+    for key, value in state["config"].items():
         path = tuple(key.split("."))
         _, tp = cli.field_at(TrainConfig, path)
         values[path] = cli.literal(value) if isinstance(value, str) and tp is not str else value

@@ -23,7 +23,6 @@ from agents.training.config import (
     TrainConfig,
     add_train_options,
     train_config_from,
-    upgrade_settings,
 )
 from agents.training.train import Trainer
 
@@ -137,19 +136,21 @@ def test_where_the_kl_acts_defaults_to_the_algorithm_and_is_refused_where_it_can
         Trainer(config(toy_lm, "rloo", kl=KLConfig(where="loss")))
 
 
-def test_earlier_setting_names_are_read_as_today_s():
-    nested = {"method": "grpo", "group_kl_in": "reward",
-              "ppo": {"lr": 1e-3, "init_kl_coef": 0.2, "adap_kl_ctrl": False, "kl_target": 3.0,
-                      "kl_horizon": 500, "scale_kl_horizon": True, "kl_penalty": "full",
-                      "kl_in": "reward", "kl_loss_estimator": "k2"}}
-    up = upgrade_settings(nested)
-    assert "group_kl_in" not in up and up["ppo"]["lr"] == 1e-3
-    assert up["ppo"]["kl"] == dict(beta=0.2, adaptive=False, target=3.0, horizon=500,
-                                   scale_horizon=True, penalty="full", where="reward",
-                                   loss_estimator="k2")
-    flat = upgrade_settings({"ppo.init_kl_coef": 0.3, "ppo.kl_in": "reward", "t_rex": 5})
-    assert flat == {"ppo.kl.beta": 0.3, "ppo.kl.where": None, "t_rex": 5}
-    assert upgrade_settings({"ppo.kl_in": "loss"}) == {"ppo.kl.where": "loss"}
+def test_run_folders_and_checkpoints_of_an_earlier_format_are_refused_by_name(tmp_path):
+    """Earlier setting names (ppo.init_kl_coef, kl_in, swap_roles, a controller's "value") are
+    not read any more: a folder or checkpoint written with them is refused, naming its format."""
+    import json
+
+    from agents.training.checkpoint import FORMAT, load_trainer_state
+    from benchmarks.records import RunData
+
+    (tmp_path / "run_config.json").write_text(json.dumps(
+        {"format": 2, "train": {"ppo": {"init_kl_coef": 0.2, "kl_in": "reward"}}}))
+    with pytest.raises(ValueError, match="run-folder format 2, this version reads format 3"):
+        RunData.load(tmp_path)
+    with pytest.raises(ValueError, match=f"checkpoint format 1, this version reads format "
+                                         f"{FORMAT} only"):
+        load_trainer_state(None, {"format": 1, "policies": {}})
 
 
 def test_the_learner_settings_are_declared_once():
