@@ -34,7 +34,6 @@ from agents.training.runlog import (
 from agents.training.train import Trainer
 from cory_env import offline_model
 from cory_env.files import atomic_write, remove_dir, remove_orphans
-from cory_env.text import copy_rate
 
 from .config import BenchConfig, RunSpec, check_resume, from_saved, run_specs, train_config
 from .evaluate import evaluate_alone, evaluation_due
@@ -69,21 +68,6 @@ def numeric(record: dict) -> dict[str, float]:
     skip = set(ID_COLUMNS) | {"samples"}
     return {k: float(v) for k, v in record.items() if k not in skip
             and isinstance(v, (int, float)) and not isinstance(v, bool)}
-
-
-def audit_copy_rate(learner) -> None:
-    """Make the learner's metrics add, for every position after the pioneer, the verbatim
-    copy rate of the previous position's answer (all episodes)."""
-    original = learner.metrics
-
-    def metrics(turns, stats):
-        out = original(turns, stats)
-        chain = sorted(turns.values(), key=lambda t: t.position)
-        for before, turn in zip(chain, chain[1:]):
-            out[turn.agent]["copy_rate"] = copy_rate(before.texts, turn.texts)
-        return out
-
-    learner.metrics = metrics
 
 
 class RunFolder:
@@ -325,7 +309,6 @@ def run_one(cfg: BenchConfig, spec: RunSpec, folder: RunFolder, bar: Progress,
     from torch.utils.tensorboard import SummaryWriter
 
     trainer = Trainer(train_config(cfg, spec))
-    audit_copy_rate(trainer.learner)
     if folder.ckpt(spec).exists():
         trainer.load(str(folder.ckpt(spec)))
         folder.log(f"{spec.key}: resumed from iteration {trainer.iteration}")

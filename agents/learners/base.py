@@ -26,6 +26,7 @@ import torch
 from cory_env.checks import check_int
 from cory_env.config import check_fields, meta
 from cory_env.plugins import check_not_builtin, load_entry_points
+from cory_env.text import copy_rate
 
 from ..llm.rollout import Turn
 from ..llm.sampling import SamplingConfig
@@ -263,7 +264,8 @@ class Learner:
         raise NotImplementedError
 
     def metrics(self, turns: dict[str, Turn], stats: dict) -> dict[str, dict[str, float]]:
-        """Per-agent metrics of an iteration (task reward, KL, combined reward, ...)."""
+        """Per-agent metrics of an iteration (task reward, KL, combined reward, ...; after the
+        pioneer, `copy_rate`: how often an answer repeats the previous position's verbatim)."""
         collective = sum(t.task_reward.cpu() for t in turns.values())  # agents' devices differ
         out = {}
         for agent, turn in turns.items():
@@ -271,6 +273,9 @@ class Learner:
             eta = beta if self.cfg.eta is None else self.cfg.eta
             out[agent] = {**turn_metrics(turn, eta), "collective_reward":
                           float(collective.mean()), **stats.get(agent, {})}
+        chain = sorted(turns.values(), key=lambda t: t.position)
+        for before, turn in zip(chain, chain[1:]):
+            out[turn.agent]["copy_rate"] = copy_rate(before.texts, turn.texts)
         return out
 
     def extra_models(self) -> dict:

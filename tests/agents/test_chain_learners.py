@@ -208,3 +208,22 @@ def test_k_adapters_on_one_base_add_only_the_adapters(toy_lm):
     two, adapter, head = unique_numel(2)
     four, _, _ = unique_numel(4)
     assert four - two == 2 * (adapter + head)
+
+
+def test_every_position_after_the_pioneer_reports_its_copy_rate(monkeypatch):
+    """The learner's own metrics (not a patch in the benchmark) carry how often each position
+    repeated the previous position's answer verbatim."""
+    from types import SimpleNamespace
+
+    import agents.learners.base as base
+
+    learner = base.Learner.__new__(base.Learner)
+    learner.agents, learner.cfg = {}, SimpleNamespace(eta=0.0)
+    monkeypatch.setattr(base, "turn_metrics", lambda turn, eta: {})
+    turns = {a: SimpleNamespace(position=k, texts=texts, agent=a, task_reward=torch.zeros(2))
+             for k, (a, texts) in enumerate([("llm_1", ["red", "blue"]),
+                                             ("llm_0", ["red", "green"]),
+                                             ("llm_2", ["red", "green"])])}
+    out = learner.metrics(turns, {})
+    assert "copy_rate" not in out["llm_1"]
+    assert out["llm_0"]["copy_rate"] == 0.5 and out["llm_2"]["copy_rate"] == 1.0
