@@ -13,7 +13,6 @@ the critic regresses the returns in passes sized like the actor's (values only: 
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import replace
 
 import torch
@@ -24,6 +23,7 @@ from .cory import CORY
 from .ippo import IPPO
 from .ppo import forward_passes, gae, value_loss
 from .shaping import token_rewards
+from .steps import clip_and_step, step_slices
 
 
 def compact(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -157,7 +157,7 @@ class MAPPO(IPPO):
         max_norm = cfg.max_grad_norm if cfg.max_grad_norm else math.inf
         losses, skipped = [], 0
         for _ in range(cfg.ppo_epochs):
-            for idx in torch.randperm(B, generator=self.generator).split(cfg.backward_batch_size):
+            for _, idx in step_slices(B, cfg.backward_batch_size, self.generator):
                 self.critic_optimizer.zero_grad(set_to_none=True)
                 step_loss, reason = 0.0, None
                 for part in self.passes(idx, mask):
@@ -169,17 +169,10 @@ class MAPPO(IPPO):
                         break
                     self.comm.backward(loss * (len(part) / len(idx)))
                     step_loss += float(loss.detach()) * len(part) / len(idx)
-                if reason is None:
-                    norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
-                    if not self.comm.all_ok(math.isfinite(norm)):
-                        reason = f"non-finite critic grad norm {norm}"
-                if reason:
-                    self.critic_optimizer.zero_grad(set_to_none=True)
+                if clip_and_step(self.critic_optimizer, params, max_norm, reason,
+                                 self.comm.all_ok, "MAPPO: skipping a critic step") is None:
                     skipped += 1
-                    warnings.warn(f"MAPPO: skipping a critic step: {reason}", RuntimeWarning,
-                                  stacklevel=2)
                     continue
-                self.critic_optimizer.step()
                 losses.append(step_loss)
         return {"critic_value_loss": sum(losses) / len(losses) if losses else float("nan"),
                 "critic_skipped_batches": float(skipped)}

@@ -12,7 +12,6 @@ and why the exact ``full`` KL gives no direct gradient as a reward: docs/learner
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -24,6 +23,7 @@ from cory_env.checks import check_int
 from cory_env.config import check_fields, meta
 
 from ..llm.logits import full_kl
+from .steps import clip_and_step, step_slices
 
 KL_PENALTIES = ("kl", "abs", "mse", "full")
 KL_IN = ("reward", "loss")
@@ -465,24 +465,16 @@ def ppo_update(policy: Any, optimizer: torch.optim.Optimizer, batch: PPOBatch, c
     sums: dict[str, float] = {}
     steps = skipped = epochs_run = 0
     for epoch in range(cfg.ppo_epochs):
-        perm = torch.randperm(B, generator=generator)
         epoch_kl = []
-        for start in range(0, B, step_size):
-            step_idx = perm[start:start + step_size]
+        for start, step_idx in step_slices(B, step_size, generator):
             optimizer.zero_grad(set_to_none=True)
             reason, step_stats = _gradients(policy, batch, step_idx, cfg, beta or 0.0,
                                             evaluate_kwargs, backward, all_ok)
-            if reason is None:
-                grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm).item()
-                if not math.isfinite(grad_norm):
-                    reason = f"non-finite grad norm {grad_norm}"
-            if reason:
-                optimizer.zero_grad(set_to_none=True)
+            grad_norm = clip_and_step(optimizer, params, max_norm, reason, all_ok,
+                                      f"PPO: skipping minibatch (epoch {epoch}, start {start})")
+            if grad_norm is None:
                 skipped += 1
-                warnings.warn(f"PPO: skipping minibatch (epoch {epoch}, start {start}): {reason}",
-                              RuntimeWarning, stacklevel=2)
                 continue
-            optimizer.step()
             steps += 1
             for key in step_stats[0][1]:  # averaged over the step's rows
                 value = sum(n * s[key].item() for n, s in step_stats) / len(step_idx)
