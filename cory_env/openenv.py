@@ -14,11 +14,11 @@ server answers for the other roles with their functions (`--policy ROLE=module:n
 tokens for a role without one). When the episode ends the observation is done, its reward
 is the client's role's (the team's, r_pio + r_obs, under the collective reward), and it
 holds every role's task reward and answer. `state` is the episode's transcript.
-Each WebSocket session gets its own env; OpenEnv's HTTP reset/step are one-shot calls, each on
+Each WebSocket connection gets its own env; OpenEnv's HTTP reset/step are one-shot calls, each on
 a fresh env (a step there is refused with 409, since no episode was started on that env).
-It runs as a service (`cory_env.service`): at most `--max-sessions` sessions at once, each
-bad frame answered by name with the session kept, idle sessions closed after
-`--idle-timeout` seconds, one log line per session, and a clean exit on SIGTERM.
+It runs as a service (`cory_env.service`): at most `--max-connections` connections at once, each
+bad frame answered by name with the connection kept, idle connections closed after
+`--idle-timeout` seconds, one log line per connection, and a clean exit on SIGTERM.
 Needs `pip install 'cory[openenv]'`.
 """
 
@@ -38,7 +38,7 @@ except ModuleNotFoundError as err:  # an optional extra
 
 from .core import role_names
 from .demo import Policy, parse_policies, play_role, seat
-from .service import Sessions, serve
+from .service import Connections, serve
 from .text import text_env
 
 
@@ -132,19 +132,19 @@ class CoryOpenEnv(Environment):
 
 
 def app(role: str | None = None, policies: Mapping[str, Policy] | None = None,
-        max_sessions: int = 8, idle_s: float = 300.0, **config) -> Sessions:
-    """The ASGI app serving a fresh `CoryOpenEnv(role, policies, **config)` per session."""
-    Sessions.check(max_sessions, idle_s)  # bad settings fail here, before serving
+        max_connections: int = 8, idle_s: float = 300.0, **config) -> Connections:
+    """The ASGI app serving a fresh `CoryOpenEnv(role, policies, **config)` per connection."""
+    Connections.check(max_connections, idle_s)  # bad settings fail here, before serving
     CoryOpenEnv(role, policies, **config)
     inner = create_fastapi_app(lambda: CoryOpenEnv(role, policies, **config), CoryAction,
-                               CoryObservation, max_concurrent_envs=max_sessions)
+                               CoryObservation, max_concurrent_envs=max_connections)
     inner.add_exception_handler(OutOfOrder, lambda _, err: JSONResponse(
         {"detail": f"{err}; HTTP /reset and /step are one-shot calls, each on a fresh env: "
                    f"play an episode over the WebSocket /ws, as OpenEnv's clients do"}, 409))
     for bad_value in (ValueError, TypeError):
         inner.add_exception_handler(bad_value, lambda _, err: JSONResponse({"detail": str(err)},
                                                                            422))
-    return Sessions(inner, CoryAction, max_sessions=max_sessions, idle_s=idle_s)
+    return Connections(inner, CoryAction, max_connections=max_connections, idle_s=idle_s)
 
 
 def main(argv=None) -> None:
@@ -158,13 +158,13 @@ def main(argv=None) -> None:
     p.add_argument("--n-agents", type=int, default=2)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--max-sessions", type=int, default=8, help="client sessions at once")
+    p.add_argument("--max-connections", type=int, default=8, help="client connections at once")
     p.add_argument("--idle-timeout", type=float, default=300.0, metavar="SECONDS",
-                   help="close a session that sends nothing for this long")
+                   help="close a connection that sends nothing for this long")
     args = p.parse_args(argv)
     try:
         policies = parse_policies(args.policy, role_names(args.n_agents))
-        server = app(args.role, policies, args.max_sessions, args.idle_timeout,
+        server = app(args.role, policies, args.max_connections, args.idle_timeout,
                      task=args.task, n_agents=args.n_agents)
     except ValueError as err:
         p.error(str(err))
@@ -173,7 +173,7 @@ def main(argv=None) -> None:
                        for r in role_names(args.n_agents) if r != args.role)
     print(f"cory_env.openenv: task {args.task!r}, the client plays "
           f"{args.role or 'every role in turn'}" + (f"; hosted: {hosted}" if args.role else "")
-          + f"; at most {args.max_sessions} sessions, idle ones closed after "
+          + f"; at most {args.max_connections} connections, idle ones closed after "
           f"{args.idle_timeout:g} s; ws://{args.host}:{args.port}/ws", flush=True)
     serve(server, args.host, args.port)
 

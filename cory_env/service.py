@@ -1,17 +1,19 @@
-"""The OpenEnv server as a service: bounded, checked, logged and idle-closed WebSocket sessions.
+"""The OpenEnv server as a service: bounded, checked, logged, idle-closed WebSocket connections.
 
-`Sessions(app, action_cls, max_sessions=8, idle_s=300)` wraps OpenEnv's ASGI app
+`Connections(app, action_cls, max_connections=8, idle_s=300)` wraps OpenEnv's ASGI app
 (`cory_env.openenv.app`) without changing its protocol:
-- at most `max_sessions` sessions at once; one more gets an error frame ("server full: ...",
-  code CAPACITY_REACHED, which OpenEnv's clients raise) and a close with 1013, try again later;
+- at most `max_connections` connections at once; one more gets an error frame ("server full:
+  ...", code CAPACITY_REACHED, which OpenEnv's clients raise) and a close with 1013, try again
+  later;
 - a frame that is not a JSON object of a known type, or a step whose action does not fit
-  `action_cls`, is answered with an error frame that names what is wrong, and the session goes on;
-- a session that sends nothing for `idle_s` seconds is closed with 1001 and the reason;
-- a client that leaves at any moment ends its session quietly (no traceback in the log);
-- each session ends with one log line: number, peer, episodes, steps, errors, seconds, and why
+  `action_cls`, is answered with an error frame that names what is wrong, and the connection
+  goes on;
+- a connection that sends nothing for `idle_s` seconds is closed with 1001 and the reason;
+- a client that leaves at any moment ends its connection quietly (no traceback in the log);
+- each connection ends with one log line: number, peer, episodes, steps, errors, seconds, and why
   it ended (client closed, client vanished, idle, server stopping, refused).
-`serve(sessions, host, port)` runs it under uvicorn until SIGTERM or SIGINT, closes every
-session with 1012 (service restart), logs what it served and returns, so the process exits 0.
+`serve(connections, host, port)` runs it under uvicorn until SIGTERM or SIGINT, closes every
+connection with 1012 (service restart), logs what it served and returns, so the process exits 0.
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ ENDINGS = {1000: "client closed", 1001: "client went away", 1012: "server stoppi
 
 
 @dataclass
-class Session:
-    """One WebSocket client session's counts, as its log line reports them."""
+class Connection:
+    """One WebSocket client connection's counts, as its log line reports them."""
 
     number: int
     peer: str
@@ -42,19 +44,21 @@ class Session:
     steps: int = 0
     errors: int = 0
     asked: str = ""  # the type of the last message passed to the app
-    ended: str = ""  # why the session ended, once known
+    ended: str = ""  # why the connection ended, once known
     closed: bool = False  # a close was sent or the client is gone: nothing more to send
 
     def line(self) -> str:
-        """The session's one log line."""
-        return (f"session {self.number} {self.peer}: {self.episodes} episodes, {self.steps} steps, "
-                f"{self.errors} errors, {time.monotonic() - self.start:.1f} s; "
+        """The connection's one log line."""
+        return (f"connection {self.number} {self.peer}: {self.episodes} episodes, "
+                f"{self.steps} steps, {self.errors} errors, {time.monotonic() - self.start:.1f} s; "
                 f"{self.ended or 'ended'}")
 
 
 def error_frame(message: str, code: str) -> str:
-    """An OpenEnv error frame (what its clients raise as 'Server error: ...')."""
-    return json.dumps({"type": "error", "data": {"message": message, "code": code}})
+    """An OpenEnv error frame (what its clients raise as 'Server error: ...'), compact as
+    OpenEnv's own, so that every reply's type starts it the same way."""
+    return json.dumps({"type": "error", "data": {"message": message, "code": code}},
+                      separators=(",", ":"))
 
 
 def named(err: ValidationError, action_cls: type[BaseModel]) -> str:
@@ -65,23 +69,24 @@ def named(err: ValidationError, action_cls: type[BaseModel]) -> str:
     return f"bad action: {parts} (an action has the field(s) {fields})"
 
 
-class Sessions:
-    """ASGI middleware that runs OpenEnv's WebSocket sessions as a service (module docstring)."""
+class Connections:
+    """ASGI middleware that runs OpenEnv's WebSocket connections as a service (see the module)."""
 
-    def __init__(self, app, action_cls: type[BaseModel], max_sessions: int = 8,
+    def __init__(self, app, action_cls: type[BaseModel], max_connections: int = 8,
                  idle_s: float = 300.0):
-        self.check(max_sessions, idle_s)
+        self.check(max_connections, idle_s)
         self.app, self.action_cls = app, action_cls
-        self.max_sessions, self.idle_s = max_sessions, float(idle_s)
-        self.live: dict[int, Session] = {}
+        self.max_connections, self.idle_s = max_connections, float(idle_s)
+        self.live: dict[int, Connection] = {}
         self.numbers = itertools.count(1)
         self.served = self.refused = 0
 
     @staticmethod
-    def check(max_sessions: int, idle_s: float) -> None:
+    def check(max_connections: int, idle_s: float) -> None:
         """Refuse a bound or a timeout that cannot serve anyone, naming the value."""
-        if isinstance(max_sessions, bool) or not isinstance(max_sessions, int) or max_sessions < 1:
-            raise ValueError(f"max_sessions must be an int >= 1, got {max_sessions!r}")
+        if isinstance(max_connections, bool) or not isinstance(max_connections, int) \
+                or max_connections < 1:
+            raise ValueError(f"max_connections must be an int >= 1, got {max_connections!r}")
         if isinstance(idle_s, bool) or not isinstance(idle_s, (int, float)) or not idle_s > 0:
             raise ValueError(f"the idle timeout must be > 0 seconds, got {idle_s!r}")
 
@@ -89,27 +94,27 @@ class Sessions:
         if scope["type"] != "websocket":
             return await self.app(scope, receive, send)
         client = scope.get("client") or ("?", 0)
-        session = Session(next(self.numbers), f"{client[0]}:{client[1]}")
-        if len(self.live) >= self.max_sessions:
-            return await self._refuse(session, receive, send)
-        self.live[session.number] = session
+        connection = Connection(next(self.numbers), f"{client[0]}:{client[1]}")
+        if len(self.live) >= self.max_connections:
+            return await self._refuse(connection, receive, send)
+        self.live[connection.number] = connection
+        sender = self._sender(connection, send)
         try:
-            await self.app(scope, self._receiver(session, receive, send),
-                           self._sender(session, send))
+            await self.app(scope, self._receiver(connection, receive, sender), sender)
         except Exception:
-            if not session.closed:  # a fault while the client is still there: keep it loud
-                session.ended = session.ended or "server error"
+            if not connection.closed:  # a fault while the client is still there: keep it loud
+                connection.ended = connection.ended or "server error"
                 raise
         finally:
-            del self.live[session.number]
+            del self.live[connection.number]
             self.served += 1
-            log.info(session.line())
+            log.info(connection.line())
 
-    async def _refuse(self, session: Session, receive, send) -> None:
+    async def _refuse(self, connection: Connection, receive, send) -> None:
         self.refused += 1
-        reason = (f"server full: {self.max_sessions} of {self.max_sessions} sessions in use; "
-                  f"try again later")
-        session.ended = f"refused ({reason})"
+        reason = (f"server full: {self.max_connections} of {self.max_connections} connections in "
+                  f"use; try again later")
+        connection.ended = f"refused ({reason})"
         try:
             await receive()  # the handshake
             await send({"type": "websocket.accept"})
@@ -121,37 +126,37 @@ class Sessions:
             await send({"type": "websocket.close", "code": 1013, "reason": "server full"})
         except OSError:
             pass
-        log.info(session.line())
+        log.info(connection.line())
 
-    def _receiver(self, session: Session, receive, send):
-        """`receive` that answers bad frames itself, closes idle sessions and notes endings."""
-        safe_send = self._sender(session, send)
+    def _receiver(self, connection: Connection, receive, send):
+        """`receive` that answers bad frames itself (through the connection's `send`), closes
+        idle connections and notes endings."""
 
         async def gated():
             while True:
                 try:
                     message = await asyncio.wait_for(receive(), self.idle_s)
                 except asyncio.TimeoutError:
-                    session.ended = f"idle for {self.idle_s:g} s"
-                    await safe_send({"type": "websocket.close", "code": 1001,
-                                     "reason": session.ended})
+                    connection.ended = f"idle for {self.idle_s:g} s"
+                    await send({"type": "websocket.close", "code": 1001,
+                                     "reason": connection.ended})
                     return {"type": "websocket.disconnect", "code": 1001}
                 if message["type"] == "websocket.disconnect":
-                    session.closed = True
-                    session.ended = session.ended or ENDINGS.get(message.get("code"),
+                    connection.closed = True
+                    connection.ended = connection.ended or ENDINGS.get(message.get("code"),
                                                                  "client vanished")
                     return message
                 if message["type"] != "websocket.receive":
                     return message
-                problem = self._problem(message, session)
+                problem = self._problem(message, connection)
                 if problem is None:
                     return message
-                await safe_send({"type": "websocket.send",
+                await send({"type": "websocket.send",
                                  "text": error_frame(problem, "VALIDATION_ERROR")})
 
         return gated
 
-    def _problem(self, message: dict, session: Session) -> str | None:
+    def _problem(self, message: dict, connection: Connection) -> str | None:
         """What is wrong with a client's frame, or None to pass it on."""
         text = message.get("text")
         if text is None:
@@ -172,47 +177,48 @@ class Sessions:
                 self.action_cls.model_validate(data)
             except ValidationError as err:
                 return named(err, self.action_cls)
-        session.asked = kind
+        connection.asked = kind
         if kind == "close":
-            session.ended = "client closed"
+            connection.ended = "client closed"
         return None
 
-    def _sender(self, session: Session, send):
+    def _sender(self, connection: Connection, send):
         """`send` that counts replies and drops what cannot reach a gone client."""
 
         async def safe(message):
-            if session.closed:
+            if connection.closed:
                 return
             if message["type"] == "websocket.close":
-                session.closed = True
+                connection.closed = True
             elif message["type"] == "websocket.send":
                 reply = message.get("text") or ""
-                if reply.startswith('{"type":"error"') or reply.startswith('{"type": "error"'):
-                    session.errors += 1
+                if reply.startswith('{"type":"error"'):
+                    connection.errors += 1
                 elif reply.startswith('{"type":"observation"'):
-                    session.episodes += session.asked == "reset"
-                    session.steps += session.asked == "step"
+                    connection.episodes += connection.asked == "reset"
+                    connection.steps += connection.asked == "step"
             try:
                 await send(message)
             except OSError:  # the client left while we answered
-                session.closed = True
-                session.ended = session.ended or "client vanished"
+                connection.closed = True
+                connection.ended = connection.ended or "client vanished"
 
         return safe
 
 
-def serve(sessions: Sessions, host: str, port: int, log_level: str = "warning") -> None:
-    """Serve until SIGTERM or SIGINT, close every session (1012), log the totals and return."""
+def serve(connections: Connections, host: str, port: int, log_level: str = "warning") -> None:
+    """Serve until SIGTERM or SIGINT, close every connection (1012), log the totals and return."""
     import uvicorn
 
     caught: list[int] = []
     previous = {s: signal.signal(s, lambda n, _: caught.append(n))
                 for s in (signal.SIGTERM, signal.SIGINT)}
     try:  # uvicorn handles the signal, then raises it again: ours records it instead
-        uvicorn.run(sessions, host=host, port=port, log_level=log_level,
+        uvicorn.run(connections, host=host, port=port, log_level=log_level,
                     timeout_graceful_shutdown=5)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
     why = f" on {signal.Signals(caught[0]).name}" if caught else ""
-    log.info(f"stopped{why}: {sessions.served} sessions served, {sessions.refused} refused")
+    log.info(f"stopped{why}: {connections.served} connections served, "
+             f"{connections.refused} refused")

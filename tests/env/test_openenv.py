@@ -129,7 +129,7 @@ def test_http_calls_out_of_order_or_with_bad_values_are_named_not_500():
         assert http.post("/reset", json={"seed": 2}).json()["observation"]["role"] == "observer"
 
 
-@pytest.mark.parametrize("bad", [{"max_sessions": 0}, {"max_sessions": 2.5}, {"idle_s": 0},
+@pytest.mark.parametrize("bad", [{"max_connections": 0}, {"max_connections": 2.5}, {"idle_s": 0},
                                  {"idle_s": -1.0}])
 def test_a_service_bound_that_serves_no_one_is_refused_by_name(bad):
     value = str(next(iter(bad.values())))
@@ -141,5 +141,5 @@ def test_the_cli_refuses_a_bad_bound_before_serving(capsys):
     from cory_env.openenv import main
 
     with pytest.raises(SystemExit):
-        main(["--max-sessions", "0"])
-    assert "max_sessions must be an int >= 1, got 0" in capsys.readouterr().err
+        main(["--max-connections", "0"])
+    assert "max_connections must be an int >= 1, got 0" in capsys.readouterr().err

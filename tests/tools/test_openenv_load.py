@@ -1,5 +1,6 @@
 """The OpenEnv server as a service, loaded over loopback: every good episode right, bad clients
-answered by name, bounded and idle sessions, flat memory, one log line per session, clean stop."""
+answered by name, bounded and idle connections, flat memory, one log line per connection, a
+clean stop."""
 
 import sys
 from pathlib import Path
@@ -18,12 +19,12 @@ def test_many_clients_bad_clients_and_a_sigterm(tmp_path):
     # every good episode completed with the text env's rewards (run() raises otherwise)
     assert [r["episodes"] for r in rows] == [12 * 4 + 1] * 3
     assert rows[-1]["server_rss_mb"] - rows[1]["server_rss_mb"] < 16  # flat after warm-up
-    assert "server full: 16 of 16 sessions in use" in checks["bound"]["refusal"]
+    assert "server full: 16 of 16 connections in use" in checks["bound"]["refusal"]
     assert checks["idle"] == {"code": 1001, "reason": "idle for 2 s"}
     assert checks["sigterm"] == {"client_close_code": 1012, "exit_code": 0}
     log = checks["log"]
     assert log["tracebacks"] == 0
-    assert log["session_lines"] == log["sessions_opened"] == 3 * 15 + 18 + 2
+    assert log["connection_lines"] == log["connections_opened"] == 3 * 15 + 18 + 2
     assert "stopped on SIGTERM" in log["last_line"] and "1 refused" in log["last_line"]
     text = (tmp_path / "server.log").read_text()
     for ending in ("client closed", "client vanished", "idle for 2 s", "server stopping",

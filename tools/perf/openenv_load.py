@@ -7,15 +7,15 @@ observer, the server hosts `pioneer` below), then:
 - rounds: `clients` OpenEnv clients at once, each playing `episodes` episodes, every reward and
   task reward checked against the text env played here with the same seed; beside them, bad
   clients (frames that are not JSON, binary, of an unknown type, a step before reset, a wrong
-  action field, each answered by name, then a good episode on the same session; a client that
+  action field, each answered by name, then a good episode on the same connection; a client that
   vanishes mid-episode; one that connects and leaves). After each round: the server's
   resident memory.
-- the bound: `max_sessions` held sessions, then one more is refused with "server full", and
-  a session opens again once they close;
-- idle: a session that sends nothing for longer than the idle timeout is closed with 1001;
-- SIGTERM with a session mid-episode: that client sees 1012, the server exits 0.
-Prints one row per round (sessions, episodes, episodes/s, memory) and the checks as JSON; the
-server's log must hold one line per session and no traceback.
+- the bound: `max_connections` held connections, then one more is refused with "server full", and
+  a connection opens again once they close;
+- idle: a connection that sends nothing for longer than the idle timeout is closed with 1001;
+- SIGTERM with a connection mid-episode: that client sees 1012, the server exits 0.
+Prints one row per round (connections, episodes, episodes/s, memory) and the checks as JSON; the
+server's log must hold one line per connection and no traceback.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def rss_mb(pid: int) -> float:
 class Server:
     """`python -m cory_env.openenv` in a child process on a free loopback port, logged to a file."""
 
-    def __init__(self, log: Path, max_sessions: int, idle_s: float):
+    def __init__(self, log: Path, max_connections: int, idle_s: float):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
@@ -82,7 +82,7 @@ class Server:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "cory_env.openenv", "--task", "course", "--role", "observer",
              "--policy", "pioneer=openenv_load:pioneer", "--port", str(self.port),
-             "--max-sessions", str(max_sessions), "--idle-timeout", str(idle_s)],
+             "--max-connections", str(max_connections), "--idle-timeout", str(idle_s)],
             cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
         deadline = time.time() + 120
         while True:
@@ -109,7 +109,7 @@ def client(url: str):
 
 
 async def good(url: str, seeds: list[int], truth: dict[int, dict]) -> int:
-    """Play one episode per seed in one session; every reward must be the text env's."""
+    """Play one episode per seed in one connection; every reward must be the text env's."""
     async with client(url) as env:
         for seed in seeds:
             result = await env.reset(seed=seed)
@@ -137,7 +137,7 @@ BAD_FRAMES = [("garbage", "not JSON"), (b"\x00\x01", "binary frame"), ("[1, 2]",
 
 
 async def bad(url: str, seed: int, truth: dict[int, dict]) -> int:
-    """Bad frames answered by name, the session then usable; a vanishing and a silent client."""
+    """Bad frames answered by name, the connection then usable; a vanishing and a silent client."""
     ws = await raw(url)
     for frame, words in BAD_FRAMES:
         await ws.send(frame)
@@ -161,20 +161,20 @@ async def bad(url: str, seed: int, truth: dict[int, dict]) -> int:
 
 
 async def a_round(url: str, clients: int, episodes: int, first_seed: int) -> dict:
-    """`clients` good clients and one bad one at once; the episodes played and sessions opened."""
+    """`clients` good clients and one bad one at once; the episodes played, connections opened."""
     seeds = [[first_seed + c * episodes + e for e in range(episodes)] for c in range(clients)]
     truth = {s: expected(s) for row in seeds for s in row}
     truth[first_seed - 1] = expected(first_seed - 1)
     t0 = time.perf_counter()
     done = await asyncio.gather(*(good(url, row, truth) for row in seeds),
                                 bad(url, first_seed - 1, truth))
-    return {"sessions": clients + done[-1], "episodes": sum(done[:-1]) + 1,
+    return {"connections": clients + done[-1], "episodes": sum(done[:-1]) + 1,
             "seconds": time.perf_counter() - t0}
 
 
-async def bound(url: str, max_sessions: int) -> dict:
-    """Hold every session, see one more refused by name, then open one once they close."""
-    held = [client(url) for _ in range(max_sessions)]
+async def bound(url: str, max_connections: int) -> dict:
+    """Hold every connection, see one more refused by name, then open one once they close."""
+    held = [client(url) for _ in range(max_connections)]
     for env in held:
         await env.connect()
         await env.reset(seed=0)
@@ -188,7 +188,7 @@ async def bound(url: str, max_sessions: int) -> dict:
         await extra.close()
     for env in held:
         await env.close()
-    for _ in range(50):  # the server ends the held sessions as their closes arrive
+    for _ in range(50):  # the server ends the held connections as their closes arrive
         try:
             async with client(url) as env:
                 await env.reset(seed=1)
@@ -196,12 +196,12 @@ async def bound(url: str, max_sessions: int) -> dict:
         except Exception:
             await asyncio.sleep(0.1)
     else:
-        raise AssertionError("no session opened after the held ones closed")
-    return {"refusal": refusal, "sessions": max_sessions + 2}
+        raise AssertionError("no connection opened after the held ones closed")
+    return {"refusal": refusal, "connections": max_connections + 2}
 
 
 async def idle(url: str, idle_s: float) -> dict:
-    """A session that goes quiet past the timeout is closed with 1001 and the reason."""
+    """A connection that goes quiet past the timeout is closed with 1001 and the reason."""
     from websockets.exceptions import ConnectionClosed
 
     ws = await raw(url)
@@ -235,8 +235,8 @@ def run(clients: int = 16, episodes: int = 5, rounds: int = 4, idle_s: float = 3
         log: Path | None = None) -> dict:
     """Start a server, load it and check it (module docstring); the figures and the checks."""
     log = log or Path(f"/tmp/openenv-load-{os.getpid()}.log")
-    max_sessions = clients + 4  # the good clients, the bad ones and a margin for closing ones
-    server = Server(log, max_sessions, idle_s)
+    max_connections = clients + 4  # the good clients, the bad ones and a margin for closing ones
+    server = Server(log, max_connections, idle_s)
     try:
         rows, opened = [], 0
         for r in range(rounds):
@@ -244,20 +244,20 @@ def run(clients: int = 16, episodes: int = 5, rounds: int = 4, idle_s: float = 3
             row.update(round=r + 1, episodes_per_s=row["episodes"] / row["seconds"],
                        server_rss_mb=rss_mb(server.proc.pid))
             rows.append(row)
-            opened += row["sessions"]
-        checks = {"bound": asyncio.run(bound(server.url, max_sessions)),
+            opened += row["connections"]
+        checks = {"bound": asyncio.run(bound(server.url, max_connections)),
                   "idle": asyncio.run(idle(server.url, idle_s))}
-        opened += checks["bound"]["sessions"] + 1
+        opened += checks["bound"]["connections"] + 1
         checks["sigterm"] = asyncio.run(stop_mid_episode(server.url, server))
         opened += 1
     finally:
         server.stop()
     text = log.read_text()
-    sessions = re.findall(r"^\S+ \S+ cory_env\.openenv: session \d+ ", text, re.M)
-    checks["log"] = {"session_lines": len(sessions), "sessions_opened": opened,
+    connections = re.findall(r"^\S+ \S+ cory_env\.openenv: connection \d+ ", text, re.M)
+    checks["log"] = {"connection_lines": len(connections), "connections_opened": opened,
                      "tracebacks": text.count("Traceback"),
                      "last_line": text.strip().splitlines()[-1]}
-    return {"clients": clients, "episodes": episodes, "max_sessions": max_sessions,
+    return {"clients": clients, "episodes": episodes, "max_connections": max_connections,
             "idle_s": idle_s, "rounds": rows, "checks": checks, "log": str(log)}
 
 
@@ -271,10 +271,10 @@ def main(argv=None) -> None:
     p.add_argument("--idle-timeout", type=float, default=3.0)
     args = p.parse_args(argv)
     out = run(args.clients, args.episodes, args.rounds, args.idle_timeout)
-    print("| round | sessions | episodes | s | episodes/s | server memory (MB) |")
+    print("| round | connections | episodes | s | episodes/s | server memory (MB) |")
     print("|---|---|---|---|---|---|")
     for r in out["rounds"]:
-        print(f"| {r['round']} | {r['sessions']} | {r['episodes']} | {r['seconds']:.2f} | "
+        print(f"| {r['round']} | {r['connections']} | {r['episodes']} | {r['seconds']:.2f} | "
               f"{r['episodes_per_s']:.0f} | {r['server_rss_mb']:.0f} |")
     print(json.dumps(out["checks"], indent=1))
 
