@@ -90,6 +90,7 @@ class LLMPolicy(nn.Module):
                  adapter_name: str | None = None, pad_token_id: int | None = None,
                  mixed_precision: str | None = "auto"):
         super().__init__()
+        self._head_cache: dict = {}  # bf16 copies of frozen float32 LM heads (logits.py)
         self.model = model  # an HF causal LM, or a peft PeftModel wrapping one
         self.adapter_name = adapter_name if self.is_lora else None
         if isinstance(reference, nn.Module):
@@ -322,7 +323,7 @@ class LLMPolicy(nn.Module):
 
     def _head_output(self, hf: nn.Module, h: torch.Tensor) -> torch.Tensor:
         """`hf`'s LM head on h in its matmul's dtype (`agents.llm.logits.head_output`)."""
-        return head_output(hf, h, self.amp_dtype, self.__dict__.setdefault("_bf16_heads", {}))
+        return head_output(hf, h, self.amp_dtype, self._head_cache)
 
     def forward(self, input_ids, attention_mask, past_key_values=None, position_ids=None):
         """Full pass -> (logits (B, L, V) float32, values (B, L), cache or None).
@@ -416,10 +417,8 @@ class LLMPolicy(nn.Module):
         plain = sampling is None or sampling.is_identity
         if plain and not return_logsoftmax and fused_head(self.hf_model):
             hs = h[:, -T - 1:-1].contiguous()  # position t-1 predicts response token t
-            operands = head_operands(self.hf_model, hs, self.amp_dtype,
-                                     self.__dict__.setdefault("_bf16_heads", {}))
-            raw_lp, entropy, z = token_logprobs(*operands,
-                                                tokens[..., 0], logits=True)
+            operands = head_operands(self.hf_model, hs, self.amp_dtype, self._head_cache)
+            raw_lp, entropy, z = token_logprobs(*operands, tokens[..., 0], logits=True)
             raw_lp = torch.where(real, raw_lp, zero)
             return Evaluation(logprobs=raw_lp, raw_logprobs=raw_lp, entropy=entropy,
                               values=self.value_head(hs.float()).squeeze(-1),
@@ -427,7 +426,7 @@ class LLMPolicy(nn.Module):
         logits, values = self._heads(h[:, -T - 1:-1])
         raw = F.log_softmax(logits, dim=-1)
         raw_lp = raw.gather(-1, tokens).squeeze(-1)
-        if sampling is None or sampling.is_identity:
+        if plain:
             logp = raw_lp
         else:
             seen = None
