@@ -18,8 +18,10 @@ import numpy as np
 
 from cory_env.files import atomic_write
 
-from .claims import all_claims
+from .claims import CONTRADICTED, INCONCLUSIVE, SUPPORTED, all_claims
 from .config import SETTINGS
+from .evidence import gather
+from .frontier import matched_kl_ratio, matched_reward_gap, ratio_text
 from .plots import write_plots
 from .records import RunData, curves, final_value, mean_std, ordered, select
 
@@ -118,9 +120,6 @@ def alone_table(data: RunData, task: str, eta) -> list[str]:
 
 def arms_table(data: RunData, task: str, eta) -> list[str]:
     """Every method against PPO on the frontier: KL at matched reward, reward at matched KL."""
-    from .evidence import gather
-    from .frontier import matched_kl_ratio, matched_reward_gap, ratio_text
-
     methods = [m for m in data.methods(task, eta) if data.trajectories(task, m, eta)]
     if "ppo" not in methods or len(methods) < 2:
         return []
@@ -251,8 +250,6 @@ def render(data: RunData, plots: dict[str, list[str]] | None = None,
 
 def headline(data: RunData, claims) -> str:
     """What came out, in one line: the verdicts' count and each method's mean alone gain."""
-    from .claims import CONTRADICTED, INCONCLUSIVE, SUPPORTED
-
     count = {s: sum(c.status == s for c in claims) for s in (SUPPORTED, CONTRADICTED,
                                                                INCONCLUSIVE)}
     gains = []
