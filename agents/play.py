@@ -64,7 +64,7 @@ def alone_score(model: str, task: str, n: int, samples: int, max_new_tokens: int
     pool = len(env.task.queries("test"))
     queries = list(range(min(n, pool)))
     rewards, _ = answer_alone(env, policy, SamplingConfig(), torch.Generator().manual_seed(seed),
-                              [q for q in queries for _ in range(samples)])
+                              [q for q in queries for _ in range(samples)], kl=False)
     return {"queries": len(queries), "held_out": pool, "samples": samples,
             "mean_reward": float(rewards.mean()), "exact_match": env.task.exact_match}
 

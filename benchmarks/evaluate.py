@@ -78,7 +78,7 @@ def evaluate_policy(policy, trainer: Trainer, cfg: BenchConfig, seed: int,
                     "pass@k": float(np.mean([pass_at_k(n, int(c), k) for c in correct]))})
         if final:
             greedy = dataclasses.replace(sampling, top_k=1)
-            solved, _ = answer_alone(env, policy, greedy, generator, problems)
+            solved, _ = answer_alone(env, policy, greedy, generator, problems, kl=False)
             out["greedy"] = float(np.mean(solved > 0.5))
     return out
 

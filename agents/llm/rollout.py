@@ -144,19 +144,47 @@ def rollout(env: BatchedCoryEnv, policies: Mapping[str, object], sampling=None,
 
 @torch.inference_mode()
 def answer_alone(env: BatchedCoryEnv, policy, sampling, generator: torch.Generator,
-                 queries: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    """Task rewards and summed full KLs of one answer per query index (single-agent env),
-    `env.batch_size` episodes at a time (the last batch padded with its last query)."""
-    rewards, kls = [], []
+                 queries: list[int], kl: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+    """Task rewards and summed full KLs (None when not `kl`) of one answer per query index
+    (single-agent env), `env.batch_size` episodes at a time (the last batch padded with its last
+    query, which is neither scored nor returned)."""
+    rewards, kls, answers = [], [], []
     agent = env.possible_agents[0]
+    recompute = getattr(policy, "needs_recompute", False)
     for i in range(0, len(queries), env.batch_size):
         chunk = queries[i:i + env.batch_size]
-        padded = chunk + [chunk[-1]] * (env.batch_size - len(chunk))
-        turn = rollout(env, {agent: policy}, sampling, generator,
-                       reset_options={"queries": padded})[agent]
-        rewards.append(turn.task_reward.cpu().numpy()[:len(chunk)])
-        kls.append(turn.full_kl.sum(1).cpu().numpy()[:len(chunk)])
-    return np.concatenate(rewards), np.concatenate(kls)
+        env.reset(options={"queries": chunk + [chunk[-1]] * (env.batch_size - len(chunk))})
+        role = env.role
+        steps = play_turn(env, policy, sampling, generator)
+        rewards.append(env.infos()[agent]["task_reward"].numpy()[:len(chunk)])
+        if kl and recompute:  # scored below, all answers together
+            answers.append({k: v[:len(chunk)] for k, v in env.turn(agent).items()
+                            if k in ("input_ids", "attention_mask", "response_mask")})
+        elif kl:
+            turn = _turn_tensors(env, agent, role, steps, policy, env.max_new_tokens, sampling)
+            kls.append(turn["full_kl"].sum(1).cpu().numpy()[:len(chunk)])
+    if answers:
+        kls = [summed_kl(policy, *(torch.cat([a[k] for a in answers]) for k in
+                                   ("input_ids", "attention_mask", "response_mask")),
+                         env.max_new_tokens, sampling).numpy()]
+    return np.concatenate(rewards), np.concatenate(kls) if kl else None
+
+
+def summed_kl(policy, ids, mask, response_mask, T: int, sampling) -> torch.Tensor:
+    """Each answer's summed exact KL to the reference from no-grad full passes, the rows taken
+    in order of prompt length so that each CHUNK-row pass carries little left padding."""
+    device = policy.device
+    ids, mask, response_mask = ids.to(device), mask.to(device), response_mask.to(device)
+    order = torch.argsort(mask[:, :-T].sum(1), stable=True)
+    out = torch.zeros(len(order), device=device)
+    for i in range(0, len(order), CHUNK):
+        rows = order[i:i + CHUNK]
+        r_ids, r_mask = ids[rows], mask[rows]
+        ref = policy.reference_logits(r_ids, r_mask, T, chunk_size=CHUNK)
+        own = full_pass(policy, r_ids, r_mask, T, sampling)["logits"]
+        kl, _ = kl_to_reference(own, ref, r_ids[:, -T:])
+        out[rows] = (kl * response_mask[rows]).sum(1)
+    return out.cpu()
 
 
 def _with_rewards(parts: dict, reward, info) -> Turn:

@@ -134,7 +134,7 @@ def _alone(policy, env, seed: int, n: int) -> float:
     """Mean task reward of a policy answering n held-out queries alone (fixed sampler seed)."""
     with torch.random.fork_rng(devices=[]):
         rewards, _ = answer_alone(env, policy, SamplingConfig(), _generator(policy, seed),
-                                  list(range(n)))
+                                  list(range(n)), kl=False)
     return float(rewards.mean())
 
 

@@ -143,3 +143,43 @@ def test_play_refuses_a_zero_cap_in_one_line(capsys):
         main(["--max-new-tokens", "0"])
     err = capsys.readouterr().err
     assert "--max-new-tokens must be positive, got 0" in err and "Traceback" not in err
+
+
+def test_alone_answers_are_scored_in_length_order_with_the_rollouts_numbers(tiny_gguf):
+    """A bf16 policy's alone answers are scored after decoding, every batch together in order
+    of prompt length: the same rewards as each batch's own rollout, the same KLs to bf16
+    rounding, exactly 0 before training; `kl=False` skips the passes."""
+    import numpy as np
+
+    from agents.llm.rollout import answer_alone, rollout
+    from cory_env import BatchedCoryEnv
+
+    trainer = Trainer(_cfg(tiny_gguf, method="ppo", lora=LoraSettings(r=4),
+                           mixed_precision="bf16", ppo=PPOConfig(lr=3e-3, batch_size=4,
+                                                                 mini_batch_size=4)))
+    policy, sampling = trainer.learner.policies["llm_0"], trainer.cfg.sampling
+    env = BatchedCoryEnv(batch_size=8, task=trainer.env.task, tokenizer=trainer.env.tokenizer,
+                         max_new_tokens=6, split="test", single_agent=True, seed=0)
+    queries = list(range(20))  # 8 + 8 + 4: the last batch padded with its last query
+
+    def gen():
+        return torch.Generator().manual_seed(5)
+
+    assert np.all(answer_alone(env, policy, sampling, gen(), queries)[1] == 0)
+    for _ in range(3):
+        trainer.step()
+    rewards, kls = answer_alone(env, policy, sampling, gen(), queries)
+    g, each = gen(), []
+    for i in range(0, len(queries), 8):
+        chunk = queries[i:i + 8]
+        turn = rollout(env, {"llm_0": policy}, sampling, g,
+                       reset_options={"queries": chunk + [chunk[-1]] * (8 - len(chunk))})
+        each.append((turn["llm_0"].task_reward[:len(chunk)].numpy(),
+                     turn["llm_0"].full_kl.sum(1)[:len(chunk)].numpy()))
+    assert len(rewards) == len(kls) == 20
+    assert np.array_equal(rewards, np.concatenate([r for r, _ in each]))
+    batch_kls = np.concatenate([k for _, k in each])
+    assert kls.mean() > 0
+    np.testing.assert_allclose(kls, batch_kls, rtol=0.05, atol=0.02)
+    again, none = answer_alone(env, policy, sampling, gen(), queries, kl=False)
+    assert none is None and np.array_equal(again, rewards)

@@ -2,6 +2,7 @@
 
     python tools/perf/real_model.py                       # SmolLM2-135M, reviews, PPO + CORY
     python tools/perf/real_model.py --settings fast --methods cory --iters 2
+    python tools/perf/real_model.py --settings fast --alone 256   # and the alone evaluation
 
 Times each phase of a training iteration (decoding, the reference pass, the full pass that
 bf16 needs, the update, the rest: env, rewards, metrics) at batch 16, 12 new tokens, 4 PPO
@@ -35,8 +36,10 @@ import agents.llm.rollout as rollout_module
 from agents.learners.ppo import PPOConfig
 from agents.llm.loading import LoraSettings
 from agents.llm.policy import LLMPolicy
+from agents.llm.rollout import answer_alone
 from agents.training.config import TrainConfig
 from agents.training.train import Trainer
+from cory_env import BatchedCoryEnv
 from cory_env.pretrained import resolve_model
 
 TRL_PYTHON = Path(__file__).resolve().parents[2] / ".venv-trl" / "bin" / "python"
@@ -154,7 +157,35 @@ def measure(method: str, setting: str, args, tput: dict) -> dict:
     return {"method": method, "setting": setting, "warmup_s": round(warmup, 1),
             "s_per_iteration": round(total, 3), "floor_s": round(floor, 3),
             "times_floor": round(total / floor, 2), "phases": phases,
+            "alone": alone_evaluation(trainer, args.alone, clock, peak) if args.alone else None,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}
+
+
+def alone_evaluation(trainer: Trainer, n: int, clock: Clock, peak: float) -> dict:
+    """Time the study's alone evaluation of one model: n held-out queries answered in batches
+    of 64 with their exact KL (`benchmarks/evaluate.py`); its phases and floor."""
+    env = BatchedCoryEnv(batch_size=64, task=trainer.env.task, tokenizer=trainer.env.tokenizer,
+                         max_new_tokens=trainer.env.max_new_tokens, split="test",
+                         single_agent=True, seed=0)
+    seconds, flops = dict(clock.seconds), dict(clock.flops)
+    t0 = time.perf_counter()
+    answer_alone(env, trainer.learner.policies["llm_0"], trainer.cfg.sampling,
+                 torch.Generator().manual_seed(0), list(range(n)))
+    total = time.perf_counter() - t0
+    phases = {name: {"s": round(clock.seconds[name] - seconds.get(name, 0), 3),
+                     "gflop": round((clock.flops[name] - flops.get(name, 0)) / 1e9, 1),
+                     "floor_s": round((clock.flops[name] - flops.get(name, 0)) / peak, 3)}
+              for name in ("decode", "reference", "full pass")}
+    floor = sum(p["floor_s"] for p in phases.values())
+    return {"queries": n, "s": round(total, 3), "floor_s": round(floor, 3),
+            "times_floor": round(total / floor, 2), "phases": phases}
+
+
+def show_phases(phases: dict, indent: int = 2) -> None:
+    """Print one line per phase: seconds, GFLOP and floor."""
+    for name, ph in phases.items():
+        print(f"{' ' * indent}{name:<30} {ph['s']:7.3f} s  {ph['gflop']:8.1f} GFLOP  floor "
+              f"{ph['floor_s']:.3f} s")
 
 
 def child(cmd: list[str], timeout: float) -> dict | None:
@@ -184,7 +215,10 @@ def main(argv=None) -> dict:
     p.add_argument("--iters", type=int, default=3, help="timed iterations (after one warm-up)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--compile", action="store_true", help="torch.compile the training passes")
+    p.add_argument("--alone", type=int, default=0, metavar="N",
+                   help="also time the study's alone evaluation of N held-out queries (256)")
     p.add_argument("--trl-python", default=str(TRL_PYTHON) if TRL_PYTHON.exists() else None,
+                   type=lambda s: None if s == "none" else s,
                    help="the TRL 0.11.4 venv's python (make perf-trl-venv); none: no anchor")
     p.add_argument("--timeout", type=float, default=1800, help="seconds per child process")
     p.add_argument("--child", nargs=2, metavar=("METHOD", "SETTING"), help=argparse.SUPPRESS)
@@ -204,7 +238,8 @@ def main(argv=None) -> dict:
            "tflops": {k: round(v, 3) for k, v in tput.items()}, "runs": [], "trl": []}
     common = ["--model", args.model, "--task", args.task, "--batch-size", str(args.batch_size),
               "--max-new-tokens", str(args.max_new_tokens), "--iters", str(args.iters),
-              "--threads", str(args.threads), "--tflops", json.dumps(tput)]
+              "--threads", str(args.threads), "--alone", str(args.alone),
+              "--tflops", json.dumps(tput)]
     common += ["--compile"] if args.compile else []
     for method in args.methods.split(","):  # ours, then the anchor's same method: same load
         for setting in args.settings.split(","):
@@ -216,9 +251,12 @@ def main(argv=None) -> dict:
             print(f"\n{method}, {SETTINGS[setting]}: {r['s_per_iteration']:.2f} s/iteration, "
                   f"floor {r['floor_s']:.2f} s ({r['times_floor']:.2f}x), peak RSS "
                   f"{r['peak_rss_mb']} MB")
-            for name, ph in r["phases"].items():
-                print(f"  {name:<30} {ph['s']:7.3f} s  {ph['gflop']:8.1f} GFLOP  floor "
-                      f"{ph['floor_s']:.3f} s")
+            show_phases(r["phases"])
+            if r.get("alone"):
+                a = r["alone"]
+                print(f"  alone evaluation of {a['queries']} queries: {a['s']:.2f} s, floor "
+                      f"{a['floor_s']:.2f} s ({a['times_floor']:.2f}x)")
+                show_phases(a["phases"], indent=4)
         if args.trl_python:
             t = child([args.trl_python, str(Path(__file__).with_name("trl_anchor.py")), folder,
                        "--mode", method, "--iters", str(args.iters), "--batch",
