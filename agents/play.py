@@ -18,9 +18,9 @@ import textwrap
 
 import torch
 
+from cory_common.plugins import load_plugins
+from cory_common.pretrained import PRETRAINED, check_model, model_source, resolve_model
 from cory_env import BatchedCoryEnv, make_task, registered_tasks
-from cory_env.plugins import load_plugins
-from cory_env.pretrained import PRETRAINED, check_model, model_source, resolve_model
 from cory_env.tasks.base import unknown_task
 
 from .llm.policy import LLMPolicy

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cory_env.files import atomic_write
+from cory_common.files import atomic_write
 
 from . import claims as cl
 from .evidence import MEANINGFUL, gather

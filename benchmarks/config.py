@@ -23,12 +23,11 @@ from agents.learners.base import registered_methods, resolve_method
 from agents.training import cli
 from agents.training.checkpoint import config_differences, run_config
 from agents.training.config import TrainConfig, check_device, mini_batch_follows
+from cory_common.checks import check_int, meta
+from cory_common.files import looks_local
+from cory_common.plugins import load_plugins
 from cory_env import is_exact_match, make_task, offline_model, registered_tasks
 from cory_env import task_options as cory_task_options
-from cory_env.checks import check_int
-from cory_env.config import meta
-from cory_env.files import looks_local
-from cory_env.plugins import load_plugins
 from cory_env.tasks.base import unknown_task
 
 from .presets import PRESETS

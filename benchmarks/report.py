@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cory_env.files import atomic_write
+from cory_common.files import atomic_write
 
 from .claims import CONTRADICTED, INCONCLUSIVE, SUPPORTED, all_claims
 from .config import SETTINGS

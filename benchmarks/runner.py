@@ -32,8 +32,8 @@ from agents.training.runlog import (
     resume_ledger,
 )
 from agents.training.train import Trainer
+from cory_common.files import atomic_write, remove_dir, remove_orphans
 from cory_env import offline_model
-from cory_env.files import atomic_write, remove_dir, remove_orphans
 
 from .config import BenchConfig, RunSpec, check_resume, from_saved, run_specs, train_config
 from .evaluate import evaluate_alone, evaluation_due
@@ -239,7 +239,7 @@ def saved_transfer_of(model: str | None, task: str) -> dict | None:
     """What `agents.refmodels --measure TASK --model MODEL` saved beside a model, if any."""
     import json
 
-    from cory_env.pretrained import resolve_model
+    from cory_common.pretrained import resolve_model
 
     folder = resolve_model(model) if model else None
     file = Path(folder) / f"transfer-{task}.json" if folder and Path(folder).is_dir() else None

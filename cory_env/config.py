@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass, fields
 from typing import Any
 
-import numpy as np
+from cory_common.checks import check_bool, is_int
 
 from .tasks.base import Task, make_task
 
@@ -42,18 +41,18 @@ class EnvConfig:
         if self.render_mode is not None and self.render_mode not in RENDER_MODES:
             raise ValueError(f"render_mode must be one of {RENDER_MODES} or None, "
                              f"got {self.render_mode!r}")
-        if not _is_int(self.n_agents) or self.n_agents < 1:
+        if not is_int(self.n_agents) or self.n_agents < 1:
             raise ValueError(f"n_agents must be a positive integer, got {self.n_agents!r}")
         if self.single_agent and self.n_agents > 2:
             raise ValueError(f"single_agent=True conflicts with n_agents={self.n_agents}")
-        if not _is_int(self.rotation):
+        if not is_int(self.rotation):
             raise TypeError(f"rotation must be an integer, got {self.rotation!r}")
         check_rotation(self.rotation, self.turns)
         for name in ("max_new_tokens", "context_len", "max_cycles"):
             value = getattr(self, name)
-            if value is not None and (not _is_int(value) or value < 1):
+            if value is not None and (not is_int(value) or value < 1):
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if self.seed is not None and not _is_int(self.seed):
+        if self.seed is not None and not is_int(self.seed):
             raise TypeError(f"seed must be an int or None, got {self.seed!r}")
         return self
 
@@ -110,7 +109,7 @@ SWAP_ROLES_GONE = ("role order is one option, rotation: rotation=1 makes llm_1 t
 
 def check_rotation(rotation, n_agents: int) -> int:
     """The rotation offset mod K (0 for one agent), or a ValueError naming a non-integer."""
-    if isinstance(rotation, bool) or not _is_int(rotation):
+    if isinstance(rotation, bool) or not is_int(rotation):
         raise ValueError(f"rotation must be an integer, got {rotation!r}")
     return 0 if n_agents == 1 else int(rotation) % n_agents
 
@@ -124,8 +123,8 @@ def load_tokenizer(tokenizer):
             raise ValueError(f"tokenizer must name a tokenizer (a short model name, a folder, a "
                              f".gguf file or a hub id), got {tokenizer!r}")
 
-        from .files import check_hub_name
-        from .pretrained import resolve_model
+        from cory_common.files import check_hub_name
+        from cory_common.pretrained import resolve_model
 
         tokenizer = resolve_model(tokenizer)  # a short name or a GGUF file: its folder
         check_hub_name("tokenizer", tokenizer, "tokenizer_config.json")
@@ -134,53 +133,3 @@ def load_tokenizer(tokenizer):
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
-
-
-_KINDS = {"int": (numbers.Integral,), "float": (numbers.Real,), "bool": (bool, np.bool_),
-          "str": (str,)}
-
-
-def meta(text: str, **kw) -> dict:
-    """Field metadata of one config option: its help text, plus `flag` or `cli` keys if given
-    (read by `agents.training.cli` to make command-line options)."""
-    return {"help": text, **kw}
-
-
-def check_fields(cfg) -> None:
-    """Check a config dataclass's scalar fields against their annotations, naming the field.
-
-    numpy scalars count as their Python kind and are converted to it (np.int64(4) -> 4);
-    bools are not numbers here; a NaN float is refused. Fields of other types are left to
-    the config's own checks.
-    """
-    for f in fields(cfg):
-        value = getattr(cfg, f.name)
-        if f.metadata.get("check") is False:  # the config checks this one itself
-            continue
-        if isinstance(value, np.generic):
-            value = value.item()
-            setattr(cfg, f.name, value)
-        ann = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")
-        parts = [p.strip() for p in ann.split("|")]
-        kinds = [p for p in parts if p != "None"]
-        if len(kinds) != 1 or kinds[0] not in _KINDS or (value is None and "None" in parts):
-            continue
-        kind = kinds[0]
-        ok = isinstance(value, _KINDS[kind]) and (kind == "bool" or not isinstance(value, bool))
-        if ok and kind == "float" and value != value:
-            ok = False
-        if not ok:
-            what = f"{'an' if kind == 'int' else 'a'} {kind}" + (" or None" if "None" in parts
-                                                                else "")
-            raise ValueError(f"{type(cfg).__name__}.{f.name} must be {what}, got {value!r} "
-                             f"({type(value).__name__})")
-
-
-def check_bool(name: str, value) -> None:
-    """Raise TypeError unless value is a bool (numpy bools accepted)."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a bool, got {value!r} ({type(value).__name__})")
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)

@@ -20,9 +20,10 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
+from cory_common.plugins import load_plugin, load_plugins
+
 from . import registered_tasks
 from .core import role_names
-from .plugins import load_plugin, load_plugins
 from .tasks.base import unknown_task
 from .text import copy_rate, text_env
 

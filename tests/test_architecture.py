@@ -8,12 +8,12 @@ import pkgutil
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("cory_env", "agents", "benchmarks")
-LAYER = {"cory_env": 0, "agents": 1, "benchmarks": 2}
+PACKAGES = ("cory_common", "cory_env", "agents", "benchmarks")
+LAYER = {"cory_common": 0, "cory_env": 1, "agents": 2, "benchmarks": 3}
 
 
 def modules() -> dict[str, Path]:
-    """Every module of the three packages, by dotted name."""
+    """Every module of the four packages, by dotted name."""
     out = {}
     for package in PACKAGES:
         for path in (ROOT / package).rglob("*.py"):
@@ -93,6 +93,19 @@ def test_layers_import_one_way():
     assert not bad, bad
 
 
+def test_the_common_package_is_below_the_env_and_imports_no_layer():
+    """What every layer uses (checks, files, plug-ins, model files) lives below cory_env,
+    and the env package holds the env."""
+    g = graph()
+    common = [a for a in g if a.startswith("cory_common")]
+    assert {"cory_common.checks", "cory_common.files", "cory_common.plugins",
+            "cory_common.pretrained"} <= set(common)
+    assert not [(a, b) for a in common for b in g[a] if not b.startswith("cory_common")]
+    users = {a.split(".")[0] for a, targets in g.items()
+             if any(b.startswith("cory_common") for b in targets)}
+    assert users >= {"cory_env", "agents", "benchmarks"}
+
+
 def test_no_import_circles_between_modules():
     """A package's __init__ re-exporting its own modules is not a circle; anything else is."""
     g = {a: {b for b in targets if not (is_package_init(b) and a.startswith(b + "."))}
@@ -135,7 +148,7 @@ def test_agents_rooms_import_downward():
     assert not bad, bad
 
 
-SOURCE = ("cory_env", "agents", "benchmarks", "examples", "tools")
+SOURCE = ("cory_common", "cory_env", "agents", "benchmarks", "examples", "tools")
 MAX_FILE_LINES, MAX_FUNCTION_LINES = 500, 60
 
 

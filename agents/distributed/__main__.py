@@ -18,7 +18,7 @@ import json
 import os
 import sys
 
-from cory_env.files import atomic_write, remove_dir, remove_orphans
+from cory_common.files import atomic_write, remove_dir, remove_orphans
 
 from ..training.cli import catalogue
 from ..training.config import TrainConfig, add_train_options, train_config_from

@@ -23,9 +23,8 @@ from dataclasses import dataclass, field, fields, replace
 
 import torch
 
-from cory_env.checks import check_int
-from cory_env.config import check_fields, meta
-from cory_env.plugins import check_not_builtin, load_entry_points
+from cory_common.checks import check_fields, check_int, meta
+from cory_common.plugins import check_not_builtin, load_entry_points
 from cory_env.text import copy_rate
 
 from ..llm.rollout import Turn

@@ -19,8 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from cory_env.checks import check_int
-from cory_env.config import check_fields, meta
+from cory_common.checks import check_fields, check_int, meta
 
 from ..llm.logits import full_kl
 from .steps import clip_and_step, step_slices

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from cory_env.files import check_hub_name
-from cory_env.pretrained import resolve_model
+from cory_common.files import check_hub_name
+from cory_common.pretrained import resolve_model
 
 
 @dataclass

@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cory_env.files import atomic_dir
+from cory_common.files import atomic_dir
 
 from . import loading, speed
 from .kvcache import growing_cache

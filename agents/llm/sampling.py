@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from cory_env.checks import check_int
-from cory_env.config import check_fields, meta
+from cory_common.checks import check_fields, check_int, meta
 
 
 @dataclass

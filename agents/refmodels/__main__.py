@@ -23,9 +23,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from cory_common.files import atomic_write
 from cory_env import offline_model
 from cory_env.data.tokenizer import TASKS
-from cory_env.files import atomic_write
 
 from ..training.config import add_train_options, train_config_from
 from .budgets import BUDGETS

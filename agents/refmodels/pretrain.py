@@ -30,8 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from cory_env.data.cache import cache_dir, cached_dir
-from cory_env.files import remove_dir
+from cory_common.files import cache_dir, cached_dir, remove_dir
 
 from ..llm.loading import cache_kwarg
 from ..llm.speed import threads

@@ -38,8 +38,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from cory_common.files import atomic_write
 from cory_env import make_task
-from cory_env.files import atomic_write
 
 from ..llm.rollout import answer_alone
 from ..llm.sampling import SamplingConfig

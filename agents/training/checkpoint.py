@@ -15,7 +15,7 @@ import warnings
 import numpy as np
 import torch
 
-from cory_env.files import atomic_write
+from cory_common.files import atomic_write
 
 FORMAT = 2  # 2: today's setting names, the rotation alone, the KL controller's "beta"
 # Settings a resumed run may change: they do not change what the next iterations compute.
@@ -151,7 +151,7 @@ def load_trainer_state(trainer, state: dict, where: str = "checkpoint") -> None:
 
 
 def atomic_save(obj, path: str) -> None:
-    """torch.save, whole or absent (`cory_env.files.atomic_write`)."""
+    """torch.save, whole or absent (`cory_common.files.atomic_write`)."""
     atomic_write(path, lambda f: torch.save(obj, f))
 
 

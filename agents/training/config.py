@@ -13,11 +13,10 @@ from dataclasses import dataclass, field
 
 import torch
 
+from cory_common.checks import check_fields, check_int, meta
+from cory_common.files import check_local_path
+from cory_common.pretrained import check_model
 from cory_env.aec import agent_names
-from cory_env.checks import check_int
-from cory_env.config import check_fields, meta
-from cory_env.files import check_local_path
-from cory_env.pretrained import check_model
 
 from ..learners.base import LearnerConfig, resolve_method
 from ..learners.ppo import KLConfig, PPOConfig
@@ -233,7 +232,7 @@ def add_train_options(parser, skip: tuple[str, ...] = ()) -> dict:
 def train_config_from(args, paths: dict, **fixed) -> TrainConfig:
     """The validated TrainConfig of parsed options (`--import` loaded first; `fixed` fields
     set too); a ValueError naming the bad value, before any model loads."""
-    from cory_env.plugins import load_plugins
+    from cory_common.plugins import load_plugins
 
     from .cli import apply
 

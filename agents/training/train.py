@@ -22,9 +22,9 @@ from contextlib import contextmanager
 
 import torch
 
+from cory_common.pretrained import resolve_model
 from cory_env import BatchedCoryEnv
 from cory_env.aec import agent_names
-from cory_env.pretrained import resolve_model
 
 from ..learners.base import resolve_method
 from ..learners.comm import Comm

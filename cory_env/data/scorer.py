@@ -15,8 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
+from cory_common.files import cache_dir, cached_dir
+
 from . import corpus
-from .cache import cache_dir, cached_dir
 
 _TOKEN = re.compile(r"[a-z0-9']+|[.,;:!?]")
 _NEGATORS = {"not", "never", "hardly", "no", "without", "nor"}

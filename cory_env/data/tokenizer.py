@@ -10,8 +10,9 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
+from cory_common.files import cache_dir, cached_dir
+
 from . import corpus
-from .cache import cache_dir, cached_dir
 
 EOS = "<|endoftext|>"
 TASKS = ("sentiment", "arithmetic")

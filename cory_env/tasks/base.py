@@ -174,7 +174,7 @@ def register_task(name: str, factory=None):
     """Register a Task class or factory under a name; usable as a decorator."""
 
     def add(f):
-        from ..plugins import check_not_builtin
+        from cory_common.plugins import check_not_builtin
 
         if not isinstance(name, str) or not name:
             raise ValueError(f"task name must be a non-empty string, got {name!r}")
@@ -299,7 +299,7 @@ def _parameters(factory) -> list[inspect.Parameter]:
 
 
 def _discover() -> None:
-    from ..plugins import load_entry_points
+    from cory_common.plugins import load_entry_points
 
     load_entry_points("cory.tasks")
 

@@ -11,7 +11,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..files import check_local_path
+from cory_common.files import check_local_path
+
 from .base import Query, Task, exact_match_reward, register_task, response_slot
 from .rewards import VADER, VADER_SCALE, check_scale, check_vader, vader
 

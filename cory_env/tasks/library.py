@@ -24,7 +24,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..checks import check_int
+from cory_common.checks import check_int
+
 from .base import Query, Task, held_out
 from .hf import reference_chain
 

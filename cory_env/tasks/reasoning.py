@@ -17,7 +17,8 @@ from __future__ import annotations
 import importlib.util
 import re
 
-from ..checks import check_int
+from cory_common.checks import check_int
+
 from .base import Query, last_number, register_task
 from .library import SEEDS, LibraryTask
 

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..checks import check_int
+from cory_common.checks import check_int
+
 from .base import Query, Task, held_out, register_task
 from .hf import IMDB_OBSERVER, prefix_queries, rewrite_chain
 from .rewards import VADER_SCALE, check_scale, check_vader, vader

@@ -21,7 +21,8 @@ from agents.learners.ippo import IPPO
 from agents.learners.ppo import KLConfig, PPOConfig
 from agents.training.config import TrainConfig
 from agents.training.train import Trainer
-from cory_env import Query, plugins
+from cory_common import plugins
+from cory_env import Query
 
 cory_env.register_task("toy", ToyTask)
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,9 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cory_common.files import atomic_dir, cache_dir, cached_dir
 from cory_env.data import corpus, scorer, tokenizer
-from cory_env.data.cache import cache_dir, cached_dir
-from cory_env.files import atomic_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 LAST_NUMBER = re.compile(r"(\d+)\D*$")
@@ -175,7 +174,7 @@ def test_atomic_write_concurrent_builders_keep_one_whole_copy(tmp_path):
     script = textwrap.dedent("""
         import sys, time
         from pathlib import Path
-        from cory_env.files import atomic_dir
+        from cory_common.files import atomic_dir
         with atomic_dir(Path(sys.argv[1])) as tmp:
             for i in range(3):
                 (tmp / f"part{i}").write_text(sys.argv[2])

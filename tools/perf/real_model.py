@@ -39,8 +39,8 @@ from agents.llm.policy import LLMPolicy
 from agents.llm.rollout import answer_alone
 from agents.training.config import TrainConfig
 from agents.training.train import Trainer
+from cory_common.pretrained import resolve_model
 from cory_env import BatchedCoryEnv
-from cory_env.pretrained import resolve_model
 
 TRL_PYTHON = Path(__file__).resolve().parents[2] / ".venv-trl" / "bin" / "python"
 

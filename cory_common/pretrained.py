@@ -52,8 +52,7 @@ class Chunked(Pretrained):
 
     def path(self, name: str) -> Path:
         """The joined file in $CORY_CACHE/gguf (joined and checked on first use)."""
-        from .data.cache import cache_dir
-        from .files import atomic_write
+        from .files import atomic_write, cache_dir
 
         parts = [package_dir(pkg, name, self.pip) / "data" / f for pkg, f in self.chunks]
         missing = [str(p) for p in parts if not p.is_file()]
@@ -192,7 +191,7 @@ def _digest(path: str, size: int, mtime: float) -> str:
 
 def gguf_folder(path: Path, note: str | None = None) -> Path:
     """The cached HF folder of a GGUF file, keyed by its content (converted atomically once)."""
-    from .data.cache import cache_dir, cached_dir
+    from .files import cache_dir, cached_dir
 
     st = path.stat()
     digest = _digest(str(path), st.st_size, st.st_mtime)

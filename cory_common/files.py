@@ -142,3 +142,19 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
         return True
     except OSError:
         return False
+
+
+def cache_dir() -> Path:
+    """Return the cache root of offline assets ($CORY_CACHE or ~/.cache/cory), creating it."""
+    root = Path(os.environ.get("CORY_CACHE") or Path.home() / ".cache" / "cory")
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def cached_dir(final: Path, build: Callable[[Path], None]) -> Path:
+    """Return ``final``, first running ``build(tmp_dir)`` atomically if it does not exist
+    (a cache entry is a folder that is either whole or absent)."""
+    if not Path(final).is_dir():
+        with atomic_dir(final) as tmp:
+            build(tmp)
+    return Path(final)

@@ -1,0 +1,2 @@
+"""What every layer of the project uses: checks that name the bad value, atomic files and the
+offline cache, plug-in loading, and the offline model files (below `cory_env`; imports none)."""
