@@ -59,7 +59,7 @@ def alone_score(model: str, task: str, n: int, samples: int, max_new_tokens: int
     folder = resolve_model(model)
     policy = LLMPolicy.from_pretrained(folder, mixed_precision=mixed_precision)
     env = BatchedCoryEnv(batch_size=64, task=make_task(task, **task_options), tokenizer=folder,
-                         split="test", single_agent=True, max_new_tokens=max_new_tokens,
+                         split="test", n_agents=1, max_new_tokens=max_new_tokens,
                          seed=seed)
     pool = len(env.task.queries("test"))
     queries = list(range(min(n, pool)))

@@ -56,7 +56,7 @@ def evaluate_policy(policy, trainer: Trainer, cfg: BenchConfig, seed: int,
     exact-match tasks add pass@1 and pass@k (and greedy accuracy when `final`)."""
     env = BatchedCoryEnv(batch_size=cfg.eval_batch_size, task=trainer.env.task,
                          tokenizer=trainer.env.tokenizer, max_new_tokens=trainer.env.max_new_tokens,
-                         split="test", single_agent=True, seed=seed)
+                         split="test", n_agents=1, seed=seed)
     pool = len(env.task.queries("test"))
     exact = trainer.env.task.exact_match
     n = cfg.eval_samples if exact else 1

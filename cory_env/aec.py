@@ -20,7 +20,7 @@
 
 **Arguments** (`cory_env.config.EnvConfig`, checked by name): `task`, `tokenizer`,
 `max_new_tokens` and `context_len` (None: the task's), `n_agents`, `rotation`,
-`knowledge_transfer`, `reward_mode`, `single_agent`, `render_mode`, `seed`, `split`,
+`knowledge_transfer`, `reward_mode`, `render_mode`, `seed`, `split`,
 `action_mask`, `max_cycles`. Reset options: `rotation`, `queries`, `group_size`,
 `max_new_tokens`.
 
@@ -36,8 +36,10 @@ and `rotation=r` (a config field or reset option) puts llm_{(k + r) mod K} at po
 Prompts grow with K: an unset context_len is
 fitted to the longest prompt, a given one that is too short is warned about.
 
-Version history: `cory_v0`, the first (role order is the one option `rotation`; the earlier
-`swap_roles` and `order` are refused by name).
+One agent acting alone (the single-agent baseline) is `n_agents=1`: only llm_0 acts.
+
+Version history: `cory_v0`, the first (role order is the one option `rotation` and one agent
+is `n_agents=1`; the earlier `swap_roles`, `order` and `single_agent` are refused by name).
 """
 
 from __future__ import annotations
@@ -89,10 +91,9 @@ def observation_space(length: int, vocab: int, action_mask: bool) -> spaces.Dict
     return spaces.Dict(outer)
 
 
-def role_order(rotation: int = 0, single_agent: bool = False,
-               n_agents: int = 2) -> tuple[str, ...]:
+def role_order(rotation: int = 0, n_agents: int = 2) -> tuple[str, ...]:
     """Agent names in acting order (pioneer first): position k is llm_{(k + rotation) % K}."""
-    if single_agent or n_agents == 1:
+    if n_agents == 1:
         return AGENTS[:1]
     names = agent_names(n_agents)
     r = int(rotation) % n_agents
@@ -159,7 +160,7 @@ class QuerySource:
         self._rng = np.random.default_rng(self.config.seed)
         self._warned: set = set()
         cfg = self.config
-        self.rotation = check_rotation(cfg.rotation, cfg.turns)
+        self.rotation = check_rotation(cfg.rotation, cfg.n_agents)
 
     @property
     def prompt_len(self) -> int:
@@ -171,14 +172,9 @@ class QuerySource:
         """T: the most tokens an agent may write in its turn."""
         return self.episodes.T
 
-    @property
-    def turns(self) -> int:
-        """How many agents act per episode (1 for single_agent)."""
-        return self.episodes.n_turns
-
     def order(self) -> tuple[str, ...]:
         """The agents in acting order: the rotation's."""
-        return role_order(self.rotation, self.config.single_agent, self.config.n_agents)
+        return role_order(self.rotation, self.config.n_agents)
 
     def _reset_queries(self, seed, options, n: int, limit: int | None = None) -> list[Query]:
         """Apply reset(seed, options) and return the n queries of the new episodes.
@@ -194,7 +190,7 @@ class QuerySource:
                                 f"{seed!r}")
             self._rng = np.random.default_rng(seed)
         if "rotation" in opts:
-            self.rotation = check_rotation(opts["rotation"], self.config.turns)
+            self.rotation = check_rotation(opts["rotation"], self.config.n_agents)
         group = int(opts.get("group_size", 1))
         if n % group:
             raise ValueError(f"group_size={group} must divide the number of episodes ({n})")
@@ -233,8 +229,8 @@ class raw_env(QuerySource, AECEnv):
         self.render_mode = self.config.render_mode
         self.episodes = self.config.episodes()
         self.task, self.tokenizer = self.episodes.task, self.episodes.tokenizer
-        self.possible_agents = list(role_order(0, self.config.single_agent, self.config.n_agents))
-        vocab, context, slots = self.episodes.vocab, self.episodes.L, max(self.episodes.n_turns, 2)
+        self.possible_agents = list(role_order(0, self.config.n_agents))
+        vocab, context, slots = self.episodes.vocab, self.episodes.L, max(self.episodes.n_agents, 2)
         self._obs_space = observation_space(context, vocab, self.config.action_mask)
         self._act_space = spaces.Discrete(vocab)
         self._mask = np.ones(vocab, dtype=np.int8) if self.config.action_mask else None
@@ -338,7 +334,7 @@ class raw_env(QuerySource, AECEnv):
 
     def _finish(self) -> None:
         cap = self.config.max_cycles
-        capped = cap is not None and not self.episodes.hit_eos[self.episodes.n_turns - 1, 0]
+        capped = cap is not None and not self.episodes.hit_eos[self.episodes.n_agents - 1, 0]
         for agent in self.agents:
             slot = self._slot[agent]
             self.rewards[agent] = float(self.episodes.agent_rewards[slot, 0])

@@ -33,7 +33,7 @@ class BatchedCoryEnv(QuerySource):
         self.batch_size, self.device = batch_size, torch.device(device)
         self.episodes = self.config.episodes()
         self.task, self.tokenizer = self.episodes.task, self.episodes.tokenizer
-        self.possible_agents = list(role_order(0, self.config.single_agent, self.config.n_agents))
+        self.possible_agents = list(role_order(0, self.config.n_agents))
         self._init_queries()
 
     @property

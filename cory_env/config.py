@@ -25,7 +25,6 @@ class EnvConfig:
     rotation: int = 0  # the order offset: position k is played by llm_{(k + rotation) % K}
     knowledge_transfer: bool = True  # the observer sees the pioneer's response
     reward_mode: str = "collective"  # "collective" (r_pio + r_obs to both) or "individual"
-    single_agent: bool = False  # only llm_0 acts (the single-agent PPO baseline)
     render_mode: str | None = None
     seed: int | None = None
     split: str = "train"
@@ -34,7 +33,7 @@ class EnvConfig:
 
     def validate(self) -> EnvConfig:
         """Check every field, raising a ValueError/TypeError that names the bad value."""
-        for name in ("knowledge_transfer", "single_agent", "action_mask"):
+        for name in ("knowledge_transfer", "action_mask"):
             check_bool(name, getattr(self, name))
         if self.reward_mode not in REWARD_MODES:
             raise ValueError(f"reward_mode must be one of {REWARD_MODES}, got {self.reward_mode!r}")
@@ -43,11 +42,9 @@ class EnvConfig:
                              f"got {self.render_mode!r}")
         if not is_int(self.n_agents) or self.n_agents < 1:
             raise ValueError(f"n_agents must be a positive integer, got {self.n_agents!r}")
-        if self.single_agent and self.n_agents > 2:
-            raise ValueError(f"single_agent=True conflicts with n_agents={self.n_agents}")
         if not is_int(self.rotation):
             raise TypeError(f"rotation must be an integer, got {self.rotation!r}")
-        check_rotation(self.rotation, self.turns)
+        check_rotation(self.rotation, self.n_agents)
         for name in ("max_new_tokens", "context_len", "max_cycles"):
             value = getattr(self, name)
             if value is not None and (not is_int(value) or value < 1):
@@ -55,11 +52,6 @@ class EnvConfig:
         if self.seed is not None and not is_int(self.seed):
             raise TypeError(f"seed must be an int or None, got {self.seed!r}")
         return self
-
-    @property
-    def turns(self) -> int:
-        """How many agents act per episode (1 for single_agent)."""
-        return 1 if self.single_agent or self.n_agents == 1 else self.n_agents
 
     def resolve(self) -> tuple[Task, Any, int, int]:
         """Build (task, tokenizer, max_new_tokens, context_len) from the settings."""
@@ -88,15 +80,15 @@ class EnvConfig:
         task, tokenizer, max_new, context = self.resolve()
         return Episodes(task, tokenizer, max_new_tokens=max_new, context_len=context,
                         knowledge_transfer=self.knowledge_transfer, reward_mode=self.reward_mode,
-                        single_agent=self.single_agent, n_agents=self.n_agents,
+                        n_agents=self.n_agents,
                         fit_context=self.context_len is None, split=self.split)
 
     @classmethod
     def from_kwargs(cls, **kwargs) -> EnvConfig:
         """Build a config from keywords, naming any unknown key."""
         known = {f.name for f in fields(cls)}
-        if "swap_roles" in kwargs:
-            raise TypeError(f"swap_roles is gone: {SWAP_ROLES_GONE}")
+        for name in sorted(set(kwargs) & set(GONE_KEYS)):
+            raise TypeError(f"{name} is gone: {GONE_KEYS[name]}")
         unknown = sorted(set(kwargs) - known)
         if unknown:
             raise TypeError(f"unknown env config keys {unknown}; known: {sorted(known)}")
@@ -105,6 +97,8 @@ class EnvConfig:
 
 SWAP_ROLES_GONE = ("role order is one option, rotation: rotation=1 makes llm_1 the pioneer "
                    "(position k is played by llm_{(k + rotation) % K})")
+GONE_KEYS = {"swap_roles": SWAP_ROLES_GONE,  # refused by name, with the option that replaced them
+             "single_agent": "one agent acting alone is n_agents=1 (only llm_0 acts)"}
 
 
 def check_rotation(rotation, n_agents: int) -> int:

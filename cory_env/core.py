@@ -153,27 +153,27 @@ class Episodes:
 
     def __init__(self, task: Task, tokenizer, *, max_new_tokens: int, context_len: int,
                  knowledge_transfer: bool = True, reward_mode: str = "collective",
-                 single_agent: bool = False, n_agents: int = 2, fit_context: bool = False,
+                 n_agents: int = 2, fit_context: bool = False,
                  split: str = "train"):
         self.task, self.tokenizer = task, tokenizer
-        self.reward_mode, self.single_agent = reward_mode, single_agent
+        self.reward_mode = reward_mode
         self.knowledge_transfer = knowledge_transfer
         self.vocab = len(tokenizer)
         self.eos = tokenizer.eos_token_id
         self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos
-        self.n_turns = 1 if single_agent else n_agents
+        self.n_agents = n_agents
         self.renderers = tuple(TemplateRenderer(t, tokenizer, k) for k, t in
-                               enumerate(task.templates(knowledge_transfer, max(self.n_turns, 2))))
-        self.roles = role_names(self.n_turns)
+                               enumerate(task.templates(knowledge_transfer, max(self.n_agents, 2))))
+        self.roles = role_names(self.n_agents)
         self.T, self.L = max_new_tokens, context_len
         # prompts that cannot fit the window are said at the start (K > 2: L fits them)
         longest = max(task.query_lengths(task.queries(split), tokenizer))
-        need = chain_context(self.renderers[:self.n_turns], longest, max_new_tokens)
-        if fit_context and self.n_turns > 2:
+        need = chain_context(self.renderers[:self.n_agents], longest, max_new_tokens)
+        if fit_context and self.n_agents > 2:
             self.L = max(context_len, need)
         elif context_len < need:
             warnings.warn(f"task {task.name!r}: context_len={context_len} is too short for its "
-                          f"prompts with {self.n_turns} agent(s): a prompt can reach "
+                          f"prompts with {self.n_agents} agent(s): a prompt can reach "
                           f"{need - max_new_tokens} tokens and its start would be cut (counted "
                           f"per turn as prompt_tokens_cut); raise context_len to {need}",
                           stacklevel=3)
@@ -195,7 +195,7 @@ class Episodes:
         self.q_ids = np.full((b, max(int(self.q_len.max()), 1)), self.pad, dtype=np.int64)
         for i, ids in enumerate(encoded):  # once per episode, not per step
             self.q_ids[i, : len(ids)] = ids
-        k = max(self.n_turns, 2)  # a single agent keeps the observer's slot empty
+        k = max(self.n_agents, 2)  # a single agent keeps the observer's slot empty
         self.ids = np.full((k, b, self.L), self.pad, dtype=np.int64)
         self.mask = np.zeros((k, b, self.L), dtype=np.int8)
         self.resp_len = np.zeros((k, b), dtype=np.int64)
@@ -246,7 +246,7 @@ class Episodes:
         if self.t < self.cap and not all_done:
             return False
         self.texts[slot] = self.responses(slot)
-        if slot + 1 < self.n_turns:
+        if slot + 1 < self.n_agents:
             self._begin_turn(slot + 1)
         else:
             self._score()
@@ -286,9 +286,9 @@ class Episodes:
                                            skip_special_tokens=False)
 
     def _score(self) -> None:
-        texts = [t for s in range(self.n_turns) for t in self.texts[s]]
-        queries = self.queries * self.n_turns
-        scores = safe_reward(self.task, queries, texts).reshape(self.n_turns, self.batch)
+        texts = [t for s in range(self.n_agents) for t in self.texts[s]]
+        queries = self.queries * self.n_agents
+        scores = safe_reward(self.task, queries, texts).reshape(self.n_agents, self.batch)
         self.task_rewards = scores
         if self.reward_mode == "collective":
             self.agent_rewards = np.broadcast_to(scores.sum(0), scores.shape).copy()

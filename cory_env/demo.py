@@ -46,7 +46,7 @@ def seat(game, policies: Mapping[str, Policy] | Policy | None, seed: int = 0
     """{role: function} for every role of a text env: the given ones (one function: all
     roles), random answers for the rest; a role the env does not have is a ValueError. A
     policy with `use_turn_cap(n)` is told the env's turn cap."""
-    roles = role_names(game.unwrapped.tokens.turns)
+    roles = role_names(game.unwrapped.tokens.max_num_agents)
     if callable(policies):
         policies = dict.fromkeys(roles, policies)
     policies = dict(policies or {})

@@ -88,7 +88,7 @@ class raw_text_env(AECEnv):
         self.tokenizer, self.render_mode = self.tokens.tokenizer, self.tokens.render_mode
         self.possible_agents = list(self.tokens.possible_agents)
         chars, longest = token_strings(self.tokenizer)
-        turns = self.tokens.turns
+        turns = self.tokens.max_num_agents
         chars |= {c for q in self.task.queries(self.config.split) for c in q.text}
         chars |= {c for t in self.task.templates(self.config.knowledge_transfer, max(turns, 2))
                   for c in t.text}

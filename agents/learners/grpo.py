@@ -6,7 +6,7 @@ Outcome supervision: G answers o_1..o_G to one query with rewards r_i; every tok
 
 and the loss is the clipped surrogate averaged over each answer's tokens (1/|o_i|), then over the
 answers, plus beta * KL(pi || pi_ref) as a loss term with the k3 estimator exp(d) - d - 1, d = log
-pi_ref - log pi (`kl.where="reward"`, `--kl-in reward`, puts -beta*KL into the return instead). A
+pi_ref - log pi (`kl.where="reward"`, `--kl-where reward`, puts -beta*KL into the return instead). A
 group whose rewards are all equal has zero advantage (no NaN). No critic.
 """
 

@@ -25,7 +25,7 @@ from ..llm.logits import full_kl
 from .steps import clip_and_step, step_slices
 
 KL_PENALTIES = ("kl", "abs", "mse", "full")
-KL_IN = ("reward", "loss")
+KL_WHERE = ("reward", "loss")
 KL_LOSS_ESTIMATORS = ("k1", "k2", "k3")
 OLD_LOGPROBS = ("auto", "sampler", "recompute")
 LOSS_AGGS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
@@ -52,7 +52,7 @@ class KLConfig:
         "per-token KL of the reward: kl | abs | mse | full", flag="kl-penalty"))
     where: str | None = field(default=None, metadata=meta(
         "where beta acts: reward | loss (none: the algorithm's own; reward for PPO, loss for "
-        "grpo and dr-grpo)", flag="kl-in"))
+        "grpo and dr-grpo)", flag="kl-where"))
     loss_estimator: str = field(default="k3", metadata=meta(
         "k1 | k2 | k3 (the KL as a loss)", flag="kl-loss-estimator"))
 
@@ -64,7 +64,7 @@ class KLConfig:
                 raise ValueError(f"KLConfig.{name} must be > 0, got {getattr(self, name)!r}")
         if not (self.beta >= 0 and math.isfinite(self.beta)):
             raise ValueError(f"KLConfig.beta must be a finite number >= 0, got {self.beta!r}")
-        for name, allowed in (("penalty", KL_PENALTIES), ("where", (*KL_IN, None)),
+        for name, allowed in (("penalty", KL_PENALTIES), ("where", (*KL_WHERE, None)),
                               ("loss_estimator", KL_LOSS_ESTIMATORS)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"KLConfig.{name} must be one of {allowed}, got "

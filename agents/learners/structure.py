@@ -45,7 +45,7 @@ class Structure:
     def env_settings(self, n_agents: int) -> dict:
         """The env keywords of this structure for K agents."""
         return {"knowledge_transfer": self.knowledge_transfer, "reward_mode": self.reward_mode,
-                "single_agent": n_agents == 1, "n_agents": max(n_agents, 2)}
+                "n_agents": n_agents}
 
 
 SINGLE = Structure("single", n_agents=1)

@@ -238,7 +238,7 @@ def _check_budget(want: TrainConfig, got: TrainConfig, path: str) -> None:
 
 def _cross_envs(task, tokenizer, max_new: int, n: int) -> tuple:
     """The alone env and the observer env of the cross-role measurements."""
-    return (_env(task, tokenizer, max_new, min(n, 64), single_agent=True),
+    return (_env(task, tokenizer, max_new, min(n, 64), n_agents=1),
             _env(task, tokenizer, max_new, n))
 
 

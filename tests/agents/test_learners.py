@@ -119,7 +119,7 @@ def test_method_presets_set_the_env_structure(toy_lm):
         assert trainer.env.config.reward_mode == mode
     trainer = Trainer(config(toy_lm, "cory-no-re"))
     assert all(trainer.learner.reset_options(i)["rotation"] == 0 for i in range(20))
-    assert Trainer(config(toy_lm, "ppo")).env.config.single_agent
+    assert Trainer(config(toy_lm, "ppo")).env.config.n_agents == 1
     methods = {"ppo", "ippo", "cory", "mappo", "cory-no-kt", "cory-no-re", "cory-individual"}
     assert methods | {"reinforce"} <= set(registered_methods())
 

@@ -159,7 +159,7 @@ def test_alone_answers_are_scored_in_length_order_with_the_rollouts_numbers(tiny
                                                                  mini_batch_size=4)))
     policy, sampling = trainer.learner.policies["llm_0"], trainer.cfg.sampling
     env = BatchedCoryEnv(batch_size=8, task=trainer.env.task, tokenizer=trainer.env.tokenizer,
-                         max_new_tokens=6, split="test", single_agent=True, seed=0)
+                         max_new_tokens=6, split="test", n_agents=1, seed=0)
     queries = list(range(20))  # 8 + 8 + 4: the last batch padded with its last query
 
     def gen():

@@ -84,7 +84,7 @@ def test_the_structure_sets_the_env_and_the_schedule(toy_lm):
     assert (env.knowledge_transfer, env.reward_mode) == (False, "collective")
     assert [trainer.learner.reset_options(i)["rotation"] for i in range(0, 20, 5)] == [0, 1, 0, 1]
     single = Trainer(config(toy_lm, "reinforce/single"))
-    assert single.env.config.single_agent and list(single.learner.agents) == ["llm_0"]
+    assert single.env.config.n_agents == 1 and list(single.learner.agents) == ["llm_0"]
     fixed = Trainer(config(toy_lm, "ppo/cory-no-re"))
     assert all(fixed.learner.reset_options(i)["rotation"] == 0 for i in range(20))
 
@@ -104,7 +104,7 @@ def test_beta_is_one_setting_from_the_command_line_to_the_loss(toy_lm):
     parser = argparse.ArgumentParser(argument_default=argparse.SUPPRESS)
     paths = add_train_options(parser)
     args = parser.parse_args(["--task", "toy", "--model", str(toy_lm), "--method", "cory",
-                              "--beta", "0.07", "--no-adaptive-kl", "--kl-in", "loss",
+                              "--beta", "0.07", "--no-adaptive-kl", "--kl-where", "loss",
                               "--batch-size", "8"])
     cfg = train_config_from(args, paths)
     assert cfg.ppo.kl == KLConfig(beta=0.07, adaptive=False, penalty="full", where="loss",

@@ -62,7 +62,7 @@ def toy_factory(**kw):
 
 
 @pytest.mark.parametrize("kw", [{}, {"rotation": 1, "action_mask": True},
-                                {"single_agent": True}, {"knowledge_transfer": False}])
+                                {"n_agents": 1}, {"knowledge_transfer": False}])
 def test_pettingzoo_api_and_seed(kw):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -180,8 +180,8 @@ def test_observer_prompt_holds_pioneer_tokens_exactly_as_generated():
     assert any(ob[i:i + 4] == tokens for i in range(len(ob)))
 
 
-def test_single_agent_mode_has_one_llm():
-    env = cory_env.env(task=ToyTask(), single_agent=True)
+def test_one_agent_alone_is_n_agents_1():
+    env = cory_env.env(task=ToyTask(), n_agents=1)
     env.reset(options={"queries": [0]})
     assert env.possible_agents == ["llm_0"] and env.agents == ["llm_0"]
     rewards, infos = play_until_end(env, {"llm_0": [ID["great"], ID["good"], EOS]})
@@ -285,6 +285,7 @@ def test_unknown_reset_options_warn_once_naming_them():
     ({"max_new_tokens": 0}, "max_new_tokens.*0"),
     ({"rotation": "yes"}, "rotation must be an integer.*'yes'"),
     ({"swap_roles": True}, "swap_roles is gone: .*rotation=1 makes llm_1 the pioneer"),
+    ({"single_agent": True}, "single_agent is gone: .*n_agents=1"),
     ({"render_mode": "rgb"}, "render_mode.*'rgb'"),
     ({"task": "nope"}, "unknown task 'nope'"),
     ({"colour": 1}, "unknown env config keys.*colour"),

@@ -22,7 +22,7 @@ def random_scripts(rng, batch, max_new, vocab, eos_prob=0.25):
 
 
 @pytest.mark.parametrize("kw", [{}, {"rotation": 1}, {"knowledge_transfer": False},
-                                {"reward_mode": "individual"}, {"single_agent": True}])
+                                {"reward_mode": "individual"}, {"n_agents": 1}])
 def test_batched_equals_aec(kw):
     batch, max_new = 7, 5
     rng = np.random.default_rng(0)

@@ -13,7 +13,7 @@ from cory_env.demo import evaluate, load_policy
 from cory_env.text import Prompt
 
 SETTINGS = [dict(task="course"), dict(task="course", n_agents=3, rotation=1),
-            dict(task="course", single_agent=True), dict(task="arithmetic"),
+            dict(task="course", n_agents=1), dict(task="arithmetic"),
             dict(task="sentiment", reward_mode="individual", rotation=1)]
 
 

@@ -166,7 +166,7 @@ def alone_evaluation(trainer: Trainer, n: int, clock: Clock, peak: float) -> dic
     of 64 with their exact KL (`benchmarks/evaluate.py`); its phases and floor."""
     env = BatchedCoryEnv(batch_size=64, task=trainer.env.task, tokenizer=trainer.env.tokenizer,
                          max_new_tokens=trainer.env.max_new_tokens, split="test",
-                         single_agent=True, seed=0)
+                         n_agents=1, seed=0)
     seconds, flops = dict(clock.seconds), dict(clock.flops)
     t0 = time.perf_counter()
     answer_alone(env, trainer.learner.policies["llm_0"], trainer.cfg.sampling,

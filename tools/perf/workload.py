@@ -109,4 +109,4 @@ def solo_env(model: str, batch: int, resp: int, device: str):
 
     return BatchedCoryEnv(batch_size=batch, task=zero_reward(ReferenceWorkload(model)),
                           tokenizer=model, max_new_tokens=resp, context_len=context_len(resp),
-                          single_agent=True, seed=0, device=device)
+                          n_agents=1, seed=0, device=device)
