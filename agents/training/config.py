@@ -69,18 +69,23 @@ class TrainConfig(LearnerConfig):
         kl=KLConfig(penalty="full", scale_horizon=True)))
 
     def validate(self) -> TrainConfig:
-        """Check the config before any model is loaded, naming the bad field."""
+        """Check the config before any model is loaded, naming the bad field, and return the
+        config a run uses: itself, or a copy with its derived fields filled in (a list of models
+        or adapters as a dict, the PPO batch following the run's). The config keeps its values
+        (numpy scalars become the equal Python ones), so validating twice gives the same run."""
         check_fields(self)
-        self._check_kinds()
-        self._check_model_paths()
-        k = self.agents_count()
+        cfg = dataclasses.replace(self)
+        cfg._check_kinds()
+        cfg._check_model_paths()
+        method = resolve_method(cfg.method)  # once: the algorithm and its structure
+        k = cfg.agents_count(method)
         names = list(agent_names(k))
-        self._check_agents(k, names)
-        self._check_task(k)
-        self._check_numbers()
-        super().validate()  # the learner's settings: ppo (and its kl), sampling, t_rex, ...
-        self._check_run(names)
-        return self
+        cfg._check_agents(k, names)
+        cfg._check_task(k)
+        cfg._check_numbers()
+        super(TrainConfig, cfg).validate()  # the learner's: ppo (and its kl), sampling, t_rex, ...
+        cfg._check_run(names, method)
+        return self if cfg == self else cfg
 
     def _check_kinds(self) -> None:
         """A list of models or adapters read as one per agent; each nested setting's type."""
@@ -164,9 +169,9 @@ class TrainConfig(LearnerConfig):
         if self.ppo.batch_size != self.batch_size:
             self.ppo = dataclasses.replace(self.ppo, batch_size=self.batch_size)
 
-    def _check_run(self, names: list[str]) -> None:
+    def _check_run(self, names: list[str], method) -> None:
         """The group size, 4-bit loading, precision, switches and devices."""
-        group = self.group_size or resolve_method(self.method).algorithm.group_size
+        group = self.group_size or method.algorithm.group_size
         if self.batch_size % group:
             raise ValueError(f"batch_size={self.batch_size} must be divisible by the group size "
                              f"{group} (answers per query of {self.method!r}; set group_size)")
@@ -177,7 +182,7 @@ class TrainConfig(LearnerConfig):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         check_device("device", self.device)
-        models = [*names, *resolve_method(self.method).algorithm.extra_model_names]
+        models = [*names, *method.algorithm.extra_model_names]
         for agent, dev in self.placement.items():
             if agent not in models:
                 raise ValueError(f"placement key {agent!r} must be one of {models}")
@@ -203,9 +208,10 @@ class TrainConfig(LearnerConfig):
                     f"max_new_tokens={max_new} = {k * max_new} answer tokens (+ the query) "
                     f"cannot fit; lower max_new_tokens or n_agents")
 
-    def agents_count(self) -> int:
-        """K: n_agents, else the method's default; a ValueError naming a K it cannot train."""
-        default = resolve_method(self.method).n_agents
+    def agents_count(self, method=None) -> int:
+        """K: n_agents, else the method's default; a ValueError naming a K it cannot train
+        (`method`: the method already resolved)."""
+        default = (method or resolve_method(self.method)).n_agents
         k = self.n_agents
         if k is None:
             return default

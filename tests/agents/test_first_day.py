@@ -378,3 +378,17 @@ def test_wandb_offline_logs_without_a_network(tmp_path, toy_lm):
 def test_an_unknown_task_option_is_named_with_the_accepted_ones():
     with pytest.raises(ValueError, match=r"task 'imdb' has no option\(s\) \['bogus'\]; it takes"):
         cory_env.make_task("imdb", bogus=1)
+
+
+def test_validate_returns_the_run_config_and_leaves_the_given_one_as_it_was(toy_lm):
+    """Validation derives on a copy: the PPO batch follows the run's, a list of models is
+    keyed by agent, and the config handed in is unchanged (validating twice: the same run)."""
+    import copy
+
+    cfg = config(toy_lm, method="cory")
+    cfg.batch_size, cfg.models = 4, [toy_lm, toy_lm]
+    before = copy.deepcopy(cfg)
+    run = cfg.validate()
+    assert cfg == before and cfg.models == [toy_lm, toy_lm]
+    assert run is not cfg and run.models == {"llm_0": toy_lm, "llm_1": toy_lm}
+    assert cfg.ppo.batch_size == 8 and run.ppo.batch_size == 4 and run.validate() == run
