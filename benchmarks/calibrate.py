@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from agents.learners.base import ablation_methods
 from cory_common.files import atomic_write
 
 from . import claims as cl
@@ -118,7 +119,7 @@ def truths(world: World) -> dict[str, str]:
     half = u >= 0.5
     late = lambda y: change(u[half], y[half])  # noqa: E731
     final_gap, final_ratio = rc[-1] - rp[-1], math.log(kp[-1] / kc[-1])
-    ablation = np.mean([math.log(ec / world.walk(m).efficiency) for m in cl.ABLATIONS])
+    ablation = np.mean([math.log(ec / world.walk(m).efficiency) for m in ablation_methods()])
     return {
         "(1)": _both("true" if abs(final_gap) < delta else "false",
                      _side(final_ratio, math.log(cl.KL_RATIO))),

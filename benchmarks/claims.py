@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from agents.learners.base import ablation_methods
 from agents.training.intervals import ALPHA, detectable_effect, holm
 
 from .evidence import MIN_SEEDS, Inputs, gather, missing_methods
@@ -69,7 +70,6 @@ from .stats import (
 )
 
 SUPPORTED, CONTRADICTED, INCONCLUSIVE = "supported", "contradicted", "inconclusive"
-ABLATIONS = ("cory-no-kt", "cory-no-re")
 KL_RATIO = 2.0  # claim (1)'s "more than twice"
 KL_MARGIN = math.log(1.1)  # a KL ratio within ×/÷ 1.1 of a threshold is negligible
 
@@ -385,15 +385,16 @@ def claim_combined(data: RunData, task: str, eta) -> Claim:
 def claim_ablations(data: RunData, task: str, eta) -> Claim:
     """(3): the ablations' mean log(KL_ablation / KL_CORY) at matched reward above the margin."""
     name = f"(3) no-knowledge-transfer and no-role-exchange need more KL than CORY [{task}]"
-    missing = missing_methods(data, task, eta, ["cory", *ABLATIONS])
+    ablations = ablation_methods()
+    missing = missing_methods(data, task, eta, ["cory", *ablations])
     if missing:
         return untested(name, f"not run: needs alone-evaluations of cory and "
-                              f"{' and '.join(ABLATIONS)} on this task ({', '.join(missing)} "
+                              f"{' and '.join(ablations)} on this task ({', '.join(missing)} "
                               f"missing)")
-    inp = gather(data, task, eta, ["cory", *ABLATIONS])
+    inp = gather(data, task, eta, ["cory", *ablations])
     cory = inp.points("cory")
-    levels = reward_levels(cory + [t for m in ABLATIONS for t in inp.points(m)])
-    each = {m: log_kl_ratios(inp.points(m), cory, levels) for m in ABLATIONS}
+    levels = reward_levels(cory + [t for m in ablations for t in inp.points(m)])
+    each = {m: log_kl_ratios(inp.points(m), cory, levels) for m in ablations}
     both = mean_interval([float(np.mean(x)) for x in zip(*each.values())])
     parts_ = "; ".join(f"{m} {ratio_text(mean_interval(v))}" for m, v in each.items())
     numbers = (f"KL_ablation / KL_CORY at rewards {levels_text(levels)}, the geometric mean of"

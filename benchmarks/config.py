@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agents.learners.base import registered_methods, resolve_method
+from agents.learners.base import ablation_methods, registered_methods, resolve_method
 from agents.training import cli
 from agents.training.checkpoint import config_differences, run_config
 from agents.training.config import TrainConfig, check_device, mini_batch_follows
@@ -290,14 +290,14 @@ class RunSpec:
 
 # Run order, so that a study stopped early can decide the most claims: the pair most claims
 # compare, then the ablations of claim (3), for every seed; then every other method.
-RUN_ORDER = (("ppo", "cory"), ("cory-no-kt", "cory-no-re"))
 
 
 def run_specs(cfg: BenchConfig) -> list[RunSpec]:
-    """All runs: per task and KL setting, each RUN_ORDER group for every seed, then the other
-    methods seed by seed."""
-    groups = [[m for m in cfg.methods if m in g] for g in RUN_ORDER]
-    groups.append([m for m in cfg.methods if not any(m in g for g in RUN_ORDER)])
+    """All runs: per task and KL setting, each group of the order below for every seed, then
+    the other methods seed by seed."""
+    order = (("ppo", "cory"), ablation_methods())  # what the claims compare first
+    groups = [[m for m in cfg.methods if m in g] for g in order]
+    groups.append([m for m in cfg.methods if not any(m in g for g in order)])
     return [RunSpec(t, m, s, e) for t in cfg.tasks for e in cfg.etas(t)
             for group in groups for s in cfg.seeds for m in group]
 

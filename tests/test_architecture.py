@@ -180,3 +180,21 @@ def test_no_package_rewrites_imports():
     for path in source_files():
         text = path.read_text()
         assert "sys.meta_path" not in text and "MetaPathFinder" not in text, path
+
+
+def test_registries_are_filled_by_discovery_not_by_hand_kept_lists():
+    """Every module of the task and learner packages is found by walking the package: their
+    __init__ names none of them, and a module added there registers without an edit elsewhere."""
+    for package in ("cory_env/tasks", "agents/learners"):
+        init = ast.parse((ROOT / package / "__init__.py").read_text())
+        named = {a.name for node in ast.walk(init) if isinstance(node, ast.ImportFrom)
+                 and node.level == 1 and not node.module for a in node.names}
+        named |= {node.module for node in ast.walk(init) if isinstance(node, ast.ImportFrom)
+                  and node.level == 1 and node.module and node.module != "base"}
+        assert not named, (package, named)
+    import cory_env
+    from agents.learners.base import registered_methods
+
+    assert {"sentiment", "arithmetic", "course", "reviews", "reasoning"} <= set(
+        cory_env.registered_tasks())
+    assert {"ppo", "cory", "mappo", "grpo", "rloo"} <= set(registered_methods())

@@ -312,6 +312,7 @@ class Learner:
 
 _LEARNERS: dict[str, type[Learner]] = {}  # algorithm name -> class
 _METHODS: dict[str, tuple[str, Structure]] = {}  # method name -> (algorithm, structure)
+_ABLATES: dict[str, str] = {}  # ablation method name -> the mechanism it turns off
 
 
 def register_learner(name: str, structure: Structure | None = None):
@@ -330,11 +331,15 @@ def register_learner(name: str, structure: Structure | None = None):
     return add
 
 
-def register_method(name: str, algorithm: str, structure: Structure) -> None:
-    """Make `name` a method: the registered `algorithm` on `structure`."""
+def register_method(name: str, algorithm: str, structure: Structure,
+                    ablates: str | None = None) -> None:
+    """Make `name` a method: the registered `algorithm` on `structure` (`ablates`: the one
+    mechanism it turns off, when it is one of the paper's ablations)."""
     if "/" in name:
         raise ValueError(f"a method name cannot hold '/', got {name!r}")
     _METHODS[name] = (algorithm, structure)
+    if ablates:
+        _ABLATES[name] = ablates
 
 
 @functools.cache
@@ -392,6 +397,12 @@ def registered_methods() -> list[str]:
     """Names of all registered methods."""
     register_builtin()
     return sorted(_METHODS)
+
+
+def ablation_methods() -> tuple[str, ...]:
+    """The registered methods that are the paper's ablations (each registered with the
+    mechanism it turns off)."""
+    return tuple(m for m in registered_methods() if m in _ABLATES)
 
 
 def registered_algorithms() -> list[str]:

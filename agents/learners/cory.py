@@ -46,7 +46,8 @@ def rotation(iteration: int, t_rex: int, n_agents: int = 2) -> int:
 
 # CORY is PPO on CORY's structure; its ablations and CORY over the other algorithms likewise.
 register_method("cory", "ppo", CORY)
-for ablation in (CORY_NO_KT, CORY_NO_RE, CORY_INDIVIDUAL):
-    register_method(ablation.name, "ppo", ablation)
+register_method("cory-no-kt", "ppo", CORY_NO_KT, ablates="knowledge transfer")
+register_method("cory-no-re", "ppo", CORY_NO_RE, ablates="role exchange")
+register_method("cory-individual", "ppo", CORY_INDIVIDUAL)
 for algorithm in ("grpo", "dr-grpo", "rloo", "reinforce-pp"):
     register_method(f"cory-{algorithm}", algorithm, CORY)

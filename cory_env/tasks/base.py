@@ -6,7 +6,10 @@ tokens) into prompt token ids, and scores finished responses.
 
 from __future__ import annotations
 
+import functools
+import importlib
 import inspect
+import pkgutil
 import re
 import types
 import typing
@@ -298,9 +301,19 @@ def _parameters(factory) -> list[inspect.Parameter]:
         return []
 
 
+@functools.cache
+def register_builtin() -> None:
+    """Import every module of this package once: each registers the tasks it defines."""
+    package = __name__.rpartition(".")[0]
+    for module in pkgutil.iter_modules(importlib.import_module(package).__path__):
+        importlib.import_module(f"{package}.{module.name}")
+
+
 def _discover() -> None:
+    """The built-in tasks, then the installed `cory.tasks` entry points."""
     from cory_common.plugins import load_entry_points
 
+    register_builtin()
     load_entry_points("cory.tasks")
 
 
