@@ -7,7 +7,7 @@ lone space token after ``Question: `` and ``positive: `` that whole-text tokeniz
 merge into the next word.
 
 - ``sentiment``: whole generated reviews (the pioneer's job: continue a 2-8 token prefix) and,
-  a share ``MIXES["sentiment"]["observer"]`` of the time (0.6 in the "full" budget), observer
+  a share ``RECIPES["sentiment"].mix["observer"]`` of the time (0.6 in the "full" budget), observer
   sequences: the observer template filled with a review prefix and its next (usually 12)
   tokens, followed by the more positive rewrite (``corpus.positivise``) of those tokens.
 - ``arithmetic``: 25% pioneer sequences (one-shot prompt, question, worked solution), 75%
@@ -28,13 +28,9 @@ import torch
 from cory_env.data import corpus
 from cory_env.data.tokenizer import TASKS, task_tokenizer
 
+from .budgets import MIXES
+
 TRAIN_SEED, HELDOUT_SEED = 31, 97  # corpus seeds; the env's queries use seeds 0/1 and 1000/1001
-# Shares of the training sequences: "observer" sequences (the rest are pioneer sequences), and
-# for arithmetic the share of observer sequences whose reference is right.
-# Sentiment "fresh": the share of observer sequences whose rewrite is another positive review's
-# continuation of the same prefix (when one exists) instead of the positivised copy.
-MIXES = {"sentiment": {"observer": 0.3, "fresh": 0.0},
-         "arithmetic": {"observer": 0.75, "right_reference": 0.5}}
 
 
 def check_task(task: str) -> None:

@@ -34,12 +34,10 @@ from cory_common.files import cache_dir, cached_dir, remove_dir
 
 from ..llm.loading import cache_kwarg
 from ..llm.speed import threads
-from .budgets import BUDGETS, Budget
+from .budgets import BUDGETS, VERSIONS, Budget
 from .data import TRAIN_SEED, Sequences, TrainingData, batches, check_task, pad_rows
 
 BUDGET_ENV = "CORY_LM_BUDGET"
-# Per task: bump when its data, model or training change; old caches are then ignored.
-VERSIONS = {"sentiment": "v3", "arithmetic": "v5"}
 
 
 def resolve_budget(budget: str | None = None) -> str:

@@ -5,6 +5,7 @@ network or model hub is ever needed.
 """
 
 import functools
+from dataclasses import dataclass
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -15,13 +16,26 @@ from cory_common.files import cache_dir, cached_dir
 from . import corpus
 
 EOS = "<|endoftext|>"
-TASKS = ("sentiment", "arithmetic")
-_VOCAB_SIZE = {"sentiment": 1024, "arithmetic": 768}
 _TOKENIZER_TEXTS = 4000
-_TEMPLATE_TEXTS = {
-    "sentiment": [corpus.REWRITE_TEMPLATE.format(text="", query="")],
-    "arithmetic": [corpus.arith_prompt("", "")],
+
+
+@dataclass(frozen=True)
+class TokenizerRecipe:
+    """How an offline task's BPE tokenizer is trained: its vocabulary, the prompt templates it
+    must see besides the corpus, and a version to bump when that corpus changes (the task's
+    LM version too)."""
+
+    vocab_size: int
+    version: str
+    templates: tuple[str, ...]
+
+
+# One recipe per offline task (the agents' side of each is `agents/refmodels/budgets.py`).
+RECIPES = {
+    "sentiment": TokenizerRecipe(1024, "v1", (corpus.REWRITE_TEMPLATE.format(text="", query=""),)),
+    "arithmetic": TokenizerRecipe(768, "v2", (corpus.arith_prompt("", ""),)),
 }
+TASKS = tuple(RECIPES)
 
 def _train_tokenizer(task: str, out: Path) -> None:
     """Train a byte-level BPE with single-digit tokens on ``task``'s texts; save it to ``out``."""
@@ -32,12 +46,12 @@ def _train_tokenizer(task: str, out: Path) -> None:
     ])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=_VOCAB_SIZE[task],
+        vocab_size=RECIPES[task].vocab_size,
         special_tokens=[EOS],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    texts = _TEMPLATE_TEXTS[task] + corpus.pretraining_texts(task, _TOKENIZER_TEXTS, seed=0)
+    texts = [*RECIPES[task].templates, *corpus.pretraining_texts(task, _TOKENIZER_TEXTS, seed=0)]
     tok.train_from_iterator(texts, trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token=EOS, eos_token=EOS, unk_token=EOS, pad_token=EOS
@@ -45,14 +59,10 @@ def _train_tokenizer(task: str, out: Path) -> None:
     fast.save_pretrained(str(out))
 
 
-# Per task: bump when the corpus the tokenizer is trained on changes (and the LM's version too).
-TOKENIZER_VERSIONS = {"sentiment": "v1", "arithmetic": "v2"}
-
-
 @functools.cache
 def _load_tokenizer(task: str, root: str) -> PreTrainedTokenizerFast:
     """Load (building first if needed) the tokenizer of ``task`` under cache root ``root``."""
-    final = Path(root) / "tokenizers" / f"{task}-{TOKENIZER_VERSIONS[task]}"
+    final = Path(root) / "tokenizers" / f"{task}-{RECIPES[task].version}"
     path = cached_dir(final, lambda out: _train_tokenizer(task, out))
     return AutoTokenizer.from_pretrained(str(path))
 
