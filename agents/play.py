@@ -24,7 +24,8 @@ from cory_env import BatchedCoryEnv, make_task, registered_tasks
 from cory_env.tasks.base import unknown_task
 
 from .llm.policy import LLMPolicy
-from .llm.rollout import rollout
+from .llm.rollout import answer_alone, rollout
+from .llm.sampling import SamplingConfig
 from .training.cli import key_values
 
 STUDY = ("python -m benchmarks.run --model {model} --tasks {task} --methods ppo,cory "
@@ -53,8 +54,6 @@ def alone_score(model: str, task: str, n: int, samples: int, max_new_tokens: int
                 seed: int, mixed_precision: str | None = "bf16", **task_options) -> dict:
     """The untrained model answering the first n held-out queries alone, `samples` times each:
     its mean task reward and, with a temperature-1 sampler, pass@1 for exact-match tasks."""
-    from .llm.rollout import answer_alone
-    from .llm.sampling import SamplingConfig
 
     folder = resolve_model(model)
     policy = LLMPolicy.from_pretrained(folder, mixed_precision=mixed_precision)

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from agents.learners.base import ablation_methods
+from agents.refmodels.transfer import summarize
 from agents.training.intervals import ALPHA, detectable_effect, holm
 
 from .evidence import MIN_SEEDS, Inputs, gather, missing_methods
@@ -431,7 +432,6 @@ def mechanism_scope(data: RunData, task: str) -> str:
     m = data.mechanism.get(task)
     if not m or "not_measured" in m:
         return "mechanism not measured on this model"
-    from agents.refmodels.transfer import summarize
 
     s = summarize(m)
     where = f" (measured on task {m['task']})" if m.get("task") not in (None, task) else ""

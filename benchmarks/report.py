@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from agents.refmodels.transfer import format_transfer
 from cory_common.files import atomic_write
 
 from .claims import CONTRADICTED, INCONCLUSIVE, SUPPORTED, all_claims
@@ -269,7 +270,6 @@ def headline(data: RunData, claims) -> str:
 
 def mechanism_lines(mechanism: dict) -> list[str]:
     """The report's first section: each task's model has (or lacks) CORY's mechanism."""
-    from agents.refmodels.transfer import format_transfer
 
     if not mechanism:
         return []

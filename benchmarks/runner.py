@@ -22,6 +22,8 @@ from pathlib import Path
 
 import torch
 
+from agents.refmodels import reference_lm
+from agents.refmodels.transfer import measure_transfer, saved_transfer
 from agents.training.config import TrainConfig
 from agents.training.runlog import (
     RunLock,
@@ -33,6 +35,7 @@ from agents.training.runlog import (
 )
 from agents.training.train import Trainer
 from cory_common.files import atomic_write, remove_dir, remove_orphans
+from cory_common.pretrained import resolve_model
 from cory_env import offline_model
 
 from .config import BenchConfig, RunSpec, check_resume, from_saved, run_specs, train_config
@@ -194,8 +197,6 @@ def mechanism(cfg: BenchConfig, folder: RunFolder, tasks: list[str] | None = Non
     """Per task (default: every task of cfg), the model's knowledge and cross-role transfer
     (`agents.refmodels.transfer`): measured once per offline reference LM (about 4 minutes,
     then cached in its folder)."""
-    from agents.refmodels import reference_lm
-    from agents.refmodels.transfer import measure_transfer, saved_transfer
     out = {}
     for task in cfg.tasks if tasks is None else tasks:
         model = cfg.model_for(task)
@@ -238,8 +239,6 @@ def refresh_mechanism(cfg: BenchConfig, folder: RunFolder) -> None:
 def saved_transfer_of(model: str | None, task: str) -> dict | None:
     """What `agents.refmodels --measure TASK --model MODEL` saved beside a model, if any."""
     import json
-
-    from cory_common.pretrained import resolve_model
 
     folder = resolve_model(model) if model else None
     file = Path(folder) / f"transfer-{task}.json" if folder and Path(folder).is_dir() else None
@@ -416,7 +415,7 @@ def _run_all(cfg: BenchConfig, folder: RunFolder, resume: bool, progress: bool,
             continue
         finished &= run_one(cfg, spec, folder, bar, stop_after)
     bar.close()
-    from .report import write_report  # here: `python -m benchmarks.report` runs it as main
+    from .report import write_report  # deferred: `python -m benchmarks.report` runs it as main
 
     path = write_report(folder.path)
     folder.log(f"report written ({'complete' if finished else 'partial'})")

@@ -21,6 +21,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from .files import atomic_write, cache_dir, cached_dir, check_hub_name
+
 
 @dataclass(frozen=True)
 class Pretrained:
@@ -52,7 +54,6 @@ class Chunked(Pretrained):
 
     def path(self, name: str) -> Path:
         """The joined file in $CORY_CACHE/gguf (joined and checked on first use)."""
-        from .files import atomic_write, cache_dir
 
         parts = [package_dir(pkg, name, self.pip) / "data" / f for pkg, f in self.chunks]
         missing = [str(p) for p in parts if not p.is_file()]
@@ -191,7 +192,6 @@ def _digest(path: str, size: int, mtime: float) -> str:
 
 def gguf_folder(path: Path, note: str | None = None) -> Path:
     """The cached HF folder of a GGUF file, keyed by its content (converted atomically once)."""
-    from .files import cache_dir, cached_dir
 
     st = path.stat()
     digest = _digest(str(path), st.st_size, st.st_mtime)
@@ -237,3 +237,20 @@ def model_source(folder) -> dict | None:
     """What a converted folder was made from (its cory_source.json), or None."""
     f = Path(folder) / SOURCE_FILE if folder and os.path.isdir(folder) else None
     return json.loads(f.read_text()) if f is not None and f.exists() else None
+
+
+def load_tokenizer(tokenizer):
+    """Return an HF tokenizer from an object, or from a short model name, a folder, a .gguf file
+    or a hub id (resolved as `resolve_model` does); a missing pad token becomes EOS."""
+    if isinstance(tokenizer, str):
+        from transformers import AutoTokenizer  # deferred: transformers is heavy
+
+        if not tokenizer.strip():
+            raise ValueError(f"tokenizer must name a tokenizer (a short model name, a folder, a "
+                             f".gguf file or a hub id), got {tokenizer!r}")
+        tokenizer = resolve_model(tokenizer)  # a short name or a GGUF file: its folder
+        check_hub_name("tokenizer", tokenizer, "tokenizer_config.json")
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer

@@ -6,7 +6,9 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from cory_common.checks import check_bool, is_int
+from cory_common.pretrained import load_tokenizer
 
+from .core import Episodes
 from .tasks.base import Task, make_task
 
 REWARD_MODES = ("collective", "individual")
@@ -75,7 +77,6 @@ class EnvConfig:
 
     def episodes(self):
         """The episode engine these settings describe (task, tokenizer and lengths resolved)."""
-        from .core import Episodes
 
         task, tokenizer, max_new, context = self.resolve()
         return Episodes(task, tokenizer, max_new_tokens=max_new, context_len=context,
@@ -106,24 +107,3 @@ def check_rotation(rotation, n_agents: int) -> int:
     if isinstance(rotation, bool) or not is_int(rotation):
         raise ValueError(f"rotation must be an integer, got {rotation!r}")
     return 0 if n_agents == 1 else int(rotation) % n_agents
-
-
-def load_tokenizer(tokenizer):
-    """Return an HF tokenizer from an object or a local/hub path."""
-    if isinstance(tokenizer, str):
-        from transformers import AutoTokenizer
-
-        if not tokenizer.strip():
-            raise ValueError(f"tokenizer must name a tokenizer (a short model name, a folder, a "
-                             f".gguf file or a hub id), got {tokenizer!r}")
-
-        from cory_common.files import check_hub_name
-        from cory_common.pretrained import resolve_model
-
-        tokenizer = resolve_model(tokenizer)  # a short name or a GGUF file: its folder
-        check_hub_name("tokenizer", tokenizer, "tokenizer_config.json")
-
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer)
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return tokenizer

@@ -198,3 +198,24 @@ def test_registries_are_filled_by_discovery_not_by_hand_kept_lists():
     assert {"sentiment", "arithmetic", "course", "reviews", "reasoning"} <= set(
         cory_env.registered_tasks())
     assert {"ppo", "cory", "mappo", "grpo", "rloo"} <= set(registered_methods())
+
+
+def test_a_project_import_inside_a_function_says_why_it_is_deferred():
+    """The project's own modules are imported at the top of a module; the few imported inside a
+    function (a heavy import put off, a module run as __main__) say so on the line."""
+    unsaid = []
+    for name, path in modules().items():
+        lines = path.read_text().splitlines()
+        for fn in ast.walk(ast.parse("\n".join(lines))):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.ImportFrom):
+                    ours = node.level > 0 or (node.module or "").split(".")[0] in LAYER
+                elif isinstance(node, ast.Import):
+                    ours = any(a.name.split(".")[0] in LAYER for a in node.names)
+                else:
+                    continue
+                if ours and "deferred" not in lines[node.lineno - 1]:
+                    unsaid.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not unsaid, unsaid

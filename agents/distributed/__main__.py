@@ -31,6 +31,7 @@ from ..training.runlog import (
     code_identity,
     resume_ledger,
 )
+from .ranks import DDPComm
 from .trainer import DistributedTrainer, make_accelerator
 
 
@@ -81,7 +82,6 @@ def parse_args(argv=None) -> tuple[argparse.Namespace, TrainConfig]:
 def claim_folder(args, accelerator) -> RunLock | None:
     """Rank 0 locks the run folder, removes orphan temporary files and checks the code the run
     started with (OUT/code.json); every rank learns the outcome and fails alike."""
-    from .ranks import DDPComm
 
     lock, error = None, ""
     if args.out and accelerator.is_main_process:

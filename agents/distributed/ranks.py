@@ -21,6 +21,7 @@ from torch import nn
 
 from ..learners.comm import Comm
 from ..llm.policy import Evaluation
+from .fsdp import check_shardable, shard
 
 
 class _Call(nn.Module):
@@ -165,7 +166,6 @@ class FSDPComm(DDPComm):
 
     def prepare(self, policy, critic: bool = False):
         """`policy` sharded with FSDP2 (the optimizer must be built afterwards)."""
-        from .fsdp import check_shardable, shard
 
         if isinstance(policy, SyncedPolicy):
             return policy

@@ -25,6 +25,7 @@ from torch import nn
 from ..training.checkpoint import atomic_save, load_trainer_state, read_checkpoint, trainer_state
 from ..training.config import TrainConfig
 from ..training.train import Trainer
+from .fsdp import full_state, gathered, shard_optimizer_state
 from .ranks import DDPComm, FSDPComm, SyncedPolicy
 
 SUPPORTED = ("NO", "MULTI_CPU", "MULTI_GPU", "MULTI_XPU", "MULTI_NPU", "MULTI_MLU", "MULTI_MUSA",
@@ -160,7 +161,6 @@ class DistributedTrainer(Trainer):
         """Under FSDP, full parameters on every rank for the whole rollout (no collectives)."""
         if self.sharding != "fsdp":
             return super().rollout_context()
-        from .fsdp import gathered
 
         return gathered(sharded_roots(self.learner))
 
@@ -189,7 +189,6 @@ class DistributedTrainer(Trainer):
         ranks = self.comm.gather_object(self._rank_state())
         state = None
         if self.sharding == "fsdp":
-            from .fsdp import full_state
 
             state = full_state(trainer_state(self))
         if self.is_main_process:
@@ -221,7 +220,6 @@ class DistributedTrainer(Trainer):
         state = read_checkpoint(path)
         load_trainer_state(self, state, f"checkpoint {path}")
         if self.sharding == "fsdp":
-            from .fsdp import shard_optimizer_state
 
             for agent in self.learner.agents.values():
                 shard_optimizer_state(agent.optimizer)

@@ -35,6 +35,7 @@ from tianshou.env import DummyVectorEnv, PettingZooEnv
 from tianshou.trainer import OnPolicyTrainerParams
 from torch import nn
 
+import cory_env
 from cory_env.core import role_names
 
 REDUCTIONS = ("mean", "sum")
@@ -190,7 +191,6 @@ class CourseTrainConfig:
 
 def make_course_env(cfg: CourseTrainConfig, seed: int | None = None) -> TeamRewardPettingZooEnv:
     """The course AEC env (collective reward) wrapped for Tianshou."""
-    import cory_env
 
     return TeamRewardPettingZooEnv(cory_env.env(
         task="course", knowledge_transfer=cfg.knowledge_transfer, rotation=cfg.rotation,

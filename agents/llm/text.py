@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from cory_env.config import load_tokenizer
+from cory_common.pretrained import load_tokenizer
 
 from .loading import config_positions
 from .rollout import decode

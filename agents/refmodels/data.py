@@ -25,8 +25,11 @@ from dataclasses import dataclass
 
 import torch
 
+from cory_env import make_task
+from cory_env.core import TemplateRenderer
 from cory_env.data import corpus
 from cory_env.data.tokenizer import TASKS, task_tokenizer
+from cory_env.tasks.base import Template
 
 from .budgets import MIXES
 
@@ -41,8 +44,6 @@ def check_task(task: str) -> None:
 
 def _pieces(template: str, tokenizer) -> list:
     """The env's own tokenization of a template: static ids arrays and slot names."""
-    from cory_env.core import TemplateRenderer
-    from cory_env.tasks.base import Template
 
     return TemplateRenderer(Template(template), tokenizer).pieces
 
@@ -72,7 +73,6 @@ class TrainingData:
     """Generates a task's token sequences (and held-out evaluation material)."""
 
     def __init__(self, task: str, mix: dict | None = None):
-        from cory_env import make_task
 
         self.name = task
         self.mix = {**MIXES[task], **(mix or {})}

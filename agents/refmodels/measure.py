@@ -19,7 +19,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+import cory_env
+from cory_env import Query
 from cory_env.data import corpus
+from cory_env.tasks.base import last_number
 
 from ..llm.policy import LLMPolicy
 from ..llm.rollout import play_turn
@@ -93,8 +96,6 @@ def content_words(text: str, skip_first: bool = False) -> list[str]:
 
 def _sentiment_copy(model, data: TrainingData, b: Budget, gen) -> dict:
     """Observer shown a held-out prefix + its real continuation: share of content words kept."""
-    import cory_env
-    from cory_env import Query
 
     rng = random.Random("lm-copy")
     queries, conts = [], []
@@ -119,9 +120,6 @@ def _sentiment_copy(model, data: TrainingData, b: Budget, gen) -> dict:
 
 def _arithmetic_copy(model, data: TrainingData, b: Budget, gen) -> dict:
     """Observer shown a right (or wrong) held-out solution: how often it answers with it."""
-    import cory_env
-    from cory_env import Query
-    from cory_env.tasks.base import last_number
 
     problems = corpus.arithmetic_problems(b.eval_episodes, HELDOUT_SEED + 1, "test")
     queries = [Query(text=p["question"], answer=p["answer"]) for p in problems]
@@ -146,7 +144,6 @@ def _arithmetic_copy(model, data: TrainingData, b: Budget, gen) -> dict:
 
 def _gap(model, data: TrainingData, b: Budget, gen) -> tuple[dict, list[dict]]:
     """Mean task rewards with and without knowledge transfer on the env's test queries."""
-    import cory_env
 
     idx = list(range(b.eval_episodes))
     res, samples = {}, []

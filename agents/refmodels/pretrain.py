@@ -36,6 +36,7 @@ from ..llm.loading import cache_kwarg
 from ..llm.speed import threads
 from .budgets import BUDGETS, VERSIONS, Budget
 from .data import TRAIN_SEED, Sequences, TrainingData, batches, check_task, pad_rows
+from .measure import build_report, format_report
 
 BUDGET_ENV = "CORY_LM_BUDGET"
 
@@ -243,7 +244,6 @@ def build(task: str, budget: str, out: Path, verbose: bool = True) -> None:
             log(f"[cory lm] building {task}-{budget}: {n / 1e6:.2f}M params, "
                 f"{len(seqs.ids)} sequences, data {time.perf_counter() - t0:.1f}s")
         train = _train(model, seqs, b, data.eos, log)
-        from .measure import build_report, format_report
 
         model.save_pretrained(str(out))
         data.tok.save_pretrained(str(out))

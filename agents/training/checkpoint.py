@@ -17,6 +17,8 @@ import torch
 
 from cory_common.files import atomic_write
 
+from .cli import flatten
+
 FORMAT = 2  # 2: today's setting names, the rotation alone, the KL controller's "beta"
 # Settings a resumed run may change: they do not change what the next iterations compute.
 RESUMABLE_CHANGES = ("iterations", "device", "placement")
@@ -83,7 +85,6 @@ def trainer_state(trainer) -> dict:
 
 def run_config(cfg) -> dict[str, object]:
     """A config dataclass as {"ppo.lr": value, ...}: what a checkpoint records of its run."""
-    from .cli import flatten
 
     out = {}
     for path, value in flatten(cfg).items():

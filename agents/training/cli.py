@@ -20,6 +20,10 @@ import dataclasses
 import typing
 from typing import Any
 
+from cory_env import registered_tasks, task_options
+
+from ..learners.base import registered_methods, registered_structures
+
 
 def comma_list(text: str) -> list[str]:
     """'a,b' -> ['a', 'b'] (empty items dropped)."""
@@ -236,9 +240,6 @@ def from_dict(cls, data: dict):
 
 def catalogue() -> str:
     """The registered methods, tasks and each task's options, for a CLI's --help."""
-    from cory_env import registered_tasks, task_options
-
-    from ..learners.base import registered_methods, registered_structures
 
     lines = ["methods (an algorithm on a structure; --import adds yours; any algorithm/structure "
              "is one too, structures: " + ", ".join(registered_structures()) + "):",

@@ -15,7 +15,9 @@ import torch
 
 from cory_common.checks import check_fields, check_int, meta
 from cory_common.files import check_local_path
+from cory_common.plugins import load_plugins
 from cory_common.pretrained import check_model
+from cory_env import make_task, registered_tasks
 from cory_env.aec import agent_names
 
 from ..learners.base import LearnerConfig, resolve_method
@@ -23,6 +25,7 @@ from ..learners.ppo import KLConfig, PPOConfig
 from ..llm.loading import LoraSettings, check_adapter_base, check_weights, model_positions
 from ..llm.sampling import SamplingConfig
 from ..llm.speed import check_mixed_precision
+from .cli import add_options, apply
 
 
 @dataclass
@@ -144,7 +147,6 @@ class TrainConfig(LearnerConfig):
 
     def _check_task(self, k: int) -> None:
         """A registered task whose options its constructor takes, and lengths that fit it."""
-        from cory_env import make_task, registered_tasks
 
         if not isinstance(self.task, str):
             return
@@ -227,7 +229,6 @@ class TrainConfig(LearnerConfig):
 
 def add_train_options(parser, skip: tuple[str, ...] = ()) -> dict:
     """An option per TrainConfig field (but `skip`) plus --import; returns {dest: path}."""
-    from .cli import add_options
 
     paths = add_options(parser, TrainConfig, TrainConfig(), skip=skip)
     parser.add_argument("--import", dest="imports", action="append", metavar="MODULE_OR_FILE",
@@ -238,9 +239,6 @@ def add_train_options(parser, skip: tuple[str, ...] = ()) -> dict:
 def train_config_from(args, paths: dict, **fixed) -> TrainConfig:
     """The validated TrainConfig of parsed options (`--import` loaded first; `fixed` fields
     set too); a ValueError naming the bad value, before any model loads."""
-    from cory_common.plugins import load_plugins
-
-    from .cli import apply
 
     load_plugins(getattr(args, "imports", None))
     given = {paths[k]: v for k, v in vars(args).items() if k in paths}

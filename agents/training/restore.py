@@ -7,8 +7,8 @@
 
 from __future__ import annotations
 
+from cory_common.pretrained import load_tokenizer
 from cory_env import make_task
-from cory_env.config import load_tokenizer
 
 from ..llm.sampling import SamplingConfig
 from ..llm.text import TextPolicy

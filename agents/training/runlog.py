@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from cory_common.files import atomic_write
+from cory_common.files import atomic_write, current_umask
 
 
 class LedgerError(ValueError):
@@ -222,7 +222,6 @@ class RunLock:
 
 def _umask() -> int:
     """The process umask."""
-    from cory_common.files import current_umask
 
     return current_umask()
 

@@ -22,8 +22,8 @@ from contextlib import contextmanager
 
 import torch
 
-from cory_common.pretrained import resolve_model
-from cory_env import BatchedCoryEnv
+from cory_common.pretrained import load_tokenizer, resolve_model
+from cory_env import BatchedCoryEnv, make_task, offline_model
 from cory_env.aec import agent_names
 
 from ..learners.base import resolve_method
@@ -31,6 +31,8 @@ from ..learners.comm import Comm
 from ..llm.loading import config_positions
 from ..llm.policy import LLMPolicy
 from ..llm.rollout import rollout
+from ..refmodels import reference_lm
+from .checkpoint import load_checkpoint, save_checkpoint
 from .config import TrainConfig, check_device, more_samples
 
 
@@ -80,9 +82,6 @@ def oom_guard(cfg: TrainConfig, phase: str):
 def default_model(task) -> str:
     """The task's offline reference LM folder (`Task.offline_model`; built and cached on first
     use); a ValueError when the task has none."""
-    from cory_env import offline_model
-
-    from ..refmodels import reference_lm
 
     recipe = offline_model(task)
     if recipe is None:
@@ -113,7 +112,6 @@ def check_tokenizers(cfg: TrainConfig, agents: list[str], task) -> None:
     folders = {a: tokenizer_folder(model_of(cfg, a)) for a in agents}
     if not any(folders[a] for a in agents[1:]):
         return  # every agent reads the env's tokenizer
-    from cory_env.config import load_tokenizer
 
     if folders[agents[0]]:
         want, label = load_tokenizer(folders[agents[0]]), f"{agents[0]}'s model " \
@@ -244,7 +242,6 @@ class Trainer:
 
     def _task(self):
         """The task (a `takes_run_tokenizer` task adopts the model's tokenizer in the env)."""
-        from cory_env import make_task
 
         return make_task(self.cfg.task, **self.cfg.task_options)
 
@@ -282,12 +279,10 @@ class Trainer:
 
     def save(self, path: str) -> None:
         """Atomically checkpoint the full training state."""
-        from .checkpoint import save_checkpoint
 
         save_checkpoint(self, path)
 
     def load(self, path: str) -> None:
         """Continue from a checkpoint written by save()."""
-        from .checkpoint import load_checkpoint
 
         load_checkpoint(self, path)

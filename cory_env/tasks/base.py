@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from cory_common.plugins import check_not_builtin, load_entry_points
+
 QUERY, RESPONSE = "{query}", "{response}"
 _PLACEHOLDER = re.compile(r"(\{query\}|\{response(?:_\d+)?\})")
 
@@ -177,7 +179,6 @@ def register_task(name: str, factory=None):
     """Register a Task class or factory under a name; usable as a decorator."""
 
     def add(f):
-        from cory_common.plugins import check_not_builtin
 
         if not isinstance(name, str) or not name:
             raise ValueError(f"task name must be a non-empty string, got {name!r}")
@@ -311,7 +312,6 @@ def register_builtin() -> None:
 
 def _discover() -> None:
     """The built-in tasks, then the installed `cory.tasks` entry points."""
-    from cory_common.plugins import load_entry_points
 
     register_builtin()
     load_entry_points("cory.tasks")

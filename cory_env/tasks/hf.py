@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from cory_common.files import check_local_path
+from cory_common.pretrained import load_tokenizer
 
 from .base import Query, Task, exact_match_reward, register_task, response_slot
 from .rewards import VADER, VADER_SCALE, check_scale, check_vader, vader
@@ -101,7 +102,6 @@ class IMDBTask(Task):
 
     def build_tokenizer(self):
         """The policy's tokenizer (GPT-2 by default)."""
-        from ..config import load_tokenizer
 
         return load_tokenizer(self.tokenizer_name)
 
@@ -169,7 +169,6 @@ class GSM8KTask(Task):
 
     def build_tokenizer(self):
         """The policy's tokenizer (Llama-2-7b-chat by default)."""
-        from ..config import load_tokenizer
 
         return load_tokenizer(self.tokenizer_name)
 

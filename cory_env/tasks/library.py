@@ -25,6 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from cory_common.checks import check_int
+from cory_common.pretrained import load_tokenizer
 
 from .base import Query, Task, held_out
 from .hf import reference_chain
@@ -87,7 +88,6 @@ class LibraryTask(Task):
 
     def build_tokenizer(self):
         """SmolLM2's tokenizer by default (the run's model's when it has one)."""
-        from ..config import load_tokenizer
 
         return load_tokenizer(self.tokenizer_name)
 

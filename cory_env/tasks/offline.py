@@ -10,6 +10,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..data.corpus import ARITH_ONE_SHOT, arithmetic_problems, sentiment_reviews
+from ..data.scorer import sentiment_scorer
 from .base import Query, Task, exact_match_reward, register_task
 from .hf import IMDB_OBSERVER, prefix_queries, reference_chain, rewrite_chain
 
@@ -50,14 +52,13 @@ class SentimentTask(Task):
 
     def build_tokenizer(self):
         """The task's own byte-level BPE tokenizer (built offline, cached)."""
-        from ..data.tokenizer import task_tokenizer
+        from ..data.tokenizer import task_tokenizer  # deferred: it imports transformers
 
         return task_tokenizer("sentiment")
 
     def load_queries(self, split: str) -> list[Query]:
         """The first 2-8 tokens of generated reviews (train and test use different seeds)."""
         seed = 1000 + split_seed(split)
-        from ..data.corpus import sentiment_reviews
 
         reviews = [text for text, _ in sentiment_reviews(self.n_queries, seed)]
         return prefix_queries(reviews, self.tokenizer, self.prompt_tokens, seed)
@@ -65,7 +66,6 @@ class SentimentTask(Task):
     def reward(self, queries: Sequence[Query], responses: Sequence[str]) -> np.ndarray:
         """The positive-class logit of query + response."""
         if self._scorer is None:
-            from ..data.scorer import sentiment_scorer
 
             self._scorer = sentiment_scorer()
         logits = self._scorer([q.text + r for q, r in zip(queries, responses)])
@@ -85,20 +85,17 @@ class ArithmeticTask(Task):
     @property
     def pioneer_template(self) -> str:
         """The one-shot prompt: a worked example, then the question."""
-        from ..data.corpus import ARITH_ONE_SHOT
 
         return ARITH_ONE_SHOT + "Question: {query}\nAnswer:"
 
     @property
     def observer_template(self) -> str:
         """The one-shot prompt with the pioneer's answer as a `Reference:` line."""
-        from ..data.corpus import ARITH_ONE_SHOT
 
         return ARITH_ONE_SHOT + "Question: {query}\nReference: {response}\nAnswer:"
 
     def chain_template(self, position: int) -> str:
         """Chain position >= 2: numbered references (`reference_chain`)."""
-        from ..data.corpus import ARITH_ONE_SHOT
 
         return reference_chain(ARITH_ONE_SHOT, position)
     default_max_new_tokens = 40  # the longest worked solution is 37 tokens + EOS
@@ -110,13 +107,12 @@ class ArithmeticTask(Task):
 
     def build_tokenizer(self):
         """The task's own byte-level BPE tokenizer with single-digit tokens."""
-        from ..data.tokenizer import task_tokenizer
+        from ..data.tokenizer import task_tokenizer  # deferred: it imports transformers
 
         return task_tokenizer("arithmetic")
 
     def load_queries(self, split: str) -> list[Query]:
         """Problems of a split; train and test problems are disjoint."""
-        from ..data.corpus import arithmetic_problems
 
         problems = arithmetic_problems(self.n_queries, seed=split_seed(split), split=split)
         return [Query(text=p["question"], answer=str(p["answer"])) for p in problems]

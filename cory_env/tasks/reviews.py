@@ -15,7 +15,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from cory_common.checks import check_int
+from cory_common.pretrained import load_tokenizer
 
+from ..data.openings import review_openings
 from .base import Query, Task, held_out, register_task
 from .hf import IMDB_OBSERVER, prefix_queries, rewrite_chain
 from .rewards import VADER_SCALE, check_scale, check_vader, vader
@@ -53,7 +55,6 @@ class ReviewsTask(Task):
 
     def build_tokenizer(self):
         """SmolLM2's tokenizer by default (the run's model's when it has one)."""
-        from ..config import load_tokenizer
 
         return load_tokenizer(self.tokenizer_name)
 
@@ -68,7 +69,6 @@ class ReviewsTask(Task):
         return queries[: self.n_queries]
 
     def _cut(self, split: str) -> list[Query]:
-        from ..data.openings import review_openings
 
         texts = [t for t in review_openings() if split_of(t) == split]
         out, seen = [], set()

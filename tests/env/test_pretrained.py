@@ -14,7 +14,7 @@ from helpers import write_tiny_gemma3_gguf, write_tiny_gguf
 import cory_env
 from agents.training.config import TrainConfig
 from cory_common import pretrained
-from cory_env.config import load_tokenizer
+from cory_common.pretrained import load_tokenizer
 from cory_env.tasks.reasoning import extract_answer
 from cory_env.tasks.reviews import split_of
 

@@ -46,7 +46,7 @@ class ReferenceWorkload(Task):
 
     def build_tokenizer(self):
         """The reference model's tokenizer."""
-        from cory_env.config import load_tokenizer
+        from cory_common.pretrained import load_tokenizer
 
         return load_tokenizer(self.model)
 
