@@ -26,8 +26,7 @@ from agents.training.config import TrainConfig, check_device, mini_batch_follows
 from cory_common.checks import check_int, meta
 from cory_common.files import looks_local
 from cory_common.plugins import load_plugins
-from cory_env import is_exact_match, make_task, offline_model, registered_tasks
-from cory_env import task_options as cory_task_options
+from cory_env import is_exact_match, make_task, offline_model, registered_tasks, task_options
 from cory_env.tasks.base import unknown_task
 
 from .presets import PRESETS
@@ -204,23 +203,19 @@ def validate_config(cfg: BenchConfig) -> None:
         train_config(cfg, spec).validate()
 
 
-def _accepted_options(task: str) -> set[str]:
-    """Keyword names a registered task's constructor accepts."""
-    return set(cory_task_options(task))
-
-
 def _check_task_options(cfg: BenchConfig) -> None:
     """Every task option must be accepted by at least one of the run's tasks."""
-    accepted = set().union(*(_accepted_options(t) for t in cfg.tasks))
+    accepted = set().union(*(task_options(t) for t in cfg.tasks))
     for key in cfg.train.task_options:
         if key not in accepted:
             raise ValueError(f"task option {key!r} is accepted by none of the tasks "
                              f"{cfg.tasks}; they take {sorted(accepted)}")
 
 
-def task_options(cfg: BenchConfig, task: str) -> dict:
-    """The task options this task accepts (imdb's reward model follows --device by default)."""
-    accepted = _accepted_options(task)
+def options_for(cfg: BenchConfig, task: str) -> dict:
+    """The given task options that this task accepts (imdb's reward model follows --device by
+    default)."""
+    accepted = task_options(task)
     options = {k: v for k, v in cfg.train.task_options.items() if k in accepted}
     if "reward_device" in accepted and "reward_device" not in options:
         options["reward_device"] = cfg.train.device
@@ -309,7 +304,7 @@ def train_config(cfg: BenchConfig, spec: RunSpec) -> TrainConfig:
     ppo = dataclasses.replace(t.ppo, lr=cfg.lr_for(spec.method), batch_size=t.batch_size, kl=kl)
     fixed_eta = None if kl.adaptive else kl.beta
     chain = resolve_method(spec.method).n_agents > 1  # --n-agents sets K of multi-agent methods
-    options, tokens = task_options(cfg, spec.task), t.max_new_tokens
+    options, tokens = options_for(cfg, spec.task), t.max_new_tokens
     if cfg.quick and tokens is None:  # the task's own answer length, at most QUICK_TOKENS
         tokens = min(make_task(spec.task, **options).default_max_new_tokens, QUICK_TOKENS)
     return dataclasses.replace(t, task=spec.task, method=spec.method, seed=spec.seed,
