@@ -54,7 +54,6 @@ def alone_score(model: str, task: str, n: int, samples: int, max_new_tokens: int
                 seed: int, mixed_precision: str | None = "bf16", **task_options) -> dict:
     """The untrained model answering the first n held-out queries alone, `samples` times each:
     its mean task reward and, with a temperature-1 sampler, pass@1 for exact-match tasks."""
-
     folder = resolve_model(model)
     policy = LLMPolicy.from_pretrained(folder, mixed_precision=mixed_precision)
     env = BatchedCoryEnv(batch_size=64, task=make_task(task, **task_options), tokenizer=folder,

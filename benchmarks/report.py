@@ -270,7 +270,6 @@ def headline(data: RunData, claims) -> str:
 
 def mechanism_lines(mechanism: dict) -> list[str]:
     """The report's first section: each task's model has (or lacks) CORY's mechanism."""
-
     if not mechanism:
         return []
     out = ["## Does the model have CORY's mechanism?", ""]

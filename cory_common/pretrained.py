@@ -54,7 +54,6 @@ class Chunked(Pretrained):
 
     def path(self, name: str) -> Path:
         """The joined file in $CORY_CACHE/gguf (joined and checked on first use)."""
-
         parts = [package_dir(pkg, name, self.pip) / "data" / f for pkg, f in self.chunks]
         missing = [str(p) for p in parts if not p.is_file()]
         if missing:
@@ -192,7 +191,6 @@ def _digest(path: str, size: int, mtime: float) -> str:
 
 def gguf_folder(path: Path, note: str | None = None) -> Path:
     """The cached HF folder of a GGUF file, keyed by its content (converted atomically once)."""
-
     st = path.stat()
     digest = _digest(str(path), st.st_size, st.st_mtime)
     final = cache_dir() / "models" / f"{path.stem}-{digest[:12]}"

@@ -204,7 +204,7 @@ def test_a_project_import_inside_a_function_says_why_it_is_deferred():
     """The project's own modules are imported at the top of a module; the few imported inside a
     function (a heavy import put off, a module run as __main__) say so on the line."""
     unsaid = []
-    for name, path in modules().items():
+    for path in modules().values():
         lines = path.read_text().splitlines()
         for fn in ast.walk(ast.parse("\n".join(lines))):
             if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):

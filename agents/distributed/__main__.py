@@ -82,7 +82,6 @@ def parse_args(argv=None) -> tuple[argparse.Namespace, TrainConfig]:
 def claim_folder(args, accelerator) -> RunLock | None:
     """Rank 0 locks the run folder, removes orphan temporary files and checks the code the run
     started with (OUT/code.json); every rank learns the outcome and fails alike."""
-
     lock, error = None, ""
     if args.out and accelerator.is_main_process:
         try:

@@ -166,7 +166,6 @@ class FSDPComm(DDPComm):
 
     def prepare(self, policy, critic: bool = False):
         """`policy` sharded with FSDP2 (the optimizer must be built afterwards)."""
-
         if isinstance(policy, SyncedPolicy):
             return policy
         name = "critic" if critic else getattr(policy, "adapter_name", None)

@@ -191,7 +191,6 @@ class CourseTrainConfig:
 
 def make_course_env(cfg: CourseTrainConfig, seed: int | None = None) -> TeamRewardPettingZooEnv:
     """The course AEC env (collective reward) wrapped for Tianshou."""
-
     return TeamRewardPettingZooEnv(cory_env.env(
         task="course", knowledge_transfer=cfg.knowledge_transfer, rotation=cfg.rotation,
         reward_mode="collective", seed=seed, n_agents=cfg.n_agents))

@@ -44,7 +44,6 @@ def check_task(task: str) -> None:
 
 def _pieces(template: str, tokenizer) -> list:
     """The env's own tokenization of a template: static ids arrays and slot names."""
-
     return TemplateRenderer(Template(template), tokenizer).pieces
 
 

@@ -96,7 +96,6 @@ def content_words(text: str, skip_first: bool = False) -> list[str]:
 
 def _sentiment_copy(model, data: TrainingData, b: Budget, gen) -> dict:
     """Observer shown a held-out prefix + its real continuation: share of content words kept."""
-
     rng = random.Random("lm-copy")
     queries, conts = [], []
     for ids in data.reviews(b.eval_episodes, HELDOUT_SEED + 1):
@@ -120,7 +119,6 @@ def _sentiment_copy(model, data: TrainingData, b: Budget, gen) -> dict:
 
 def _arithmetic_copy(model, data: TrainingData, b: Budget, gen) -> dict:
     """Observer shown a right (or wrong) held-out solution: how often it answers with it."""
-
     problems = corpus.arithmetic_problems(b.eval_episodes, HELDOUT_SEED + 1, "test")
     queries = [Query(text=p["question"], answer=p["answer"]) for p in problems]
     env = cory_env.BatchedCoryEnv(batch_size=len(queries), task=data.name, split="test")
@@ -144,7 +142,6 @@ def _arithmetic_copy(model, data: TrainingData, b: Budget, gen) -> dict:
 
 def _gap(model, data: TrainingData, b: Budget, gen) -> tuple[dict, list[dict]]:
     """Mean task rewards with and without knowledge transfer on the env's test queries."""
-
     idx = list(range(b.eval_episodes))
     res, samples = {}, []
     for kt in (True, False):

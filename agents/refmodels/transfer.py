@@ -60,7 +60,6 @@ EVAL_SEED = 20_000
 
 def _env(task, tokenizer, max_new, n: int, **kw):
     """A test-split env of n episodes for the measurements."""
-
     return cory_env.BatchedCoryEnv(batch_size=n, task=task, tokenizer=tokenizer,
                                    max_new_tokens=max_new, split="test", **kw)
 
@@ -196,7 +195,6 @@ def _pair_by_seed(ppo: list[str], observer_only: list[str]) -> dict[int, tuple[s
     """{seed: (PPO checkpoint, cory-no-re checkpoint)}, read before any model loads; a
     ValueError naming a checkpoint of the wrong method, an unfinished run, another budget, a
     repeated seed or a seed without its partner."""
-
     by_method, first = {}, None
     for want, paths in (("ppo", ppo), ("cory-no-re", observer_only)):
         seeds = {}

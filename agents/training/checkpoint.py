@@ -85,7 +85,6 @@ def trainer_state(trainer) -> dict:
 
 def run_config(cfg) -> dict[str, object]:
     """A config dataclass as {"ppo.lr": value, ...}: what a checkpoint records of its run."""
-
     out = {}
     for path, value in flatten(cfg).items():
         out[".".join(path)] = value if isinstance(value, (bool, int, float, str, type(None),

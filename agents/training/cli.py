@@ -240,7 +240,6 @@ def from_dict(cls, data: dict):
 
 def catalogue() -> str:
     """The registered methods, tasks and each task's options, for a CLI's --help."""
-
     lines = ["methods (an algorithm on a structure; --import adds yours; any algorithm/structure "
              "is one too, structures: " + ", ".join(registered_structures()) + "):",
              "  " + ", ".join(registered_methods()), "tasks and their options (--task-options "

@@ -147,7 +147,6 @@ class TrainConfig(LearnerConfig):
 
     def _check_task(self, k: int) -> None:
         """A registered task whose options its constructor takes, and lengths that fit it."""
-
         if not isinstance(self.task, str):
             return
         if self.task not in registered_tasks():
@@ -229,7 +228,6 @@ class TrainConfig(LearnerConfig):
 
 def add_train_options(parser, skip: tuple[str, ...] = ()) -> dict:
     """An option per TrainConfig field (but `skip`) plus --import; returns {dest: path}."""
-
     paths = add_options(parser, TrainConfig, TrainConfig(), skip=skip)
     parser.add_argument("--import", dest="imports", action="append", metavar="MODULE_OR_FILE",
                         help="module or .py file that registers learners or tasks (repeatable)")
@@ -239,7 +237,6 @@ def add_train_options(parser, skip: tuple[str, ...] = ()) -> dict:
 def train_config_from(args, paths: dict, **fixed) -> TrainConfig:
     """The validated TrainConfig of parsed options (`--import` loaded first; `fixed` fields
     set too); a ValueError naming the bad value, before any model loads."""
-
     load_plugins(getattr(args, "imports", None))
     given = {paths[k]: v for k, v in vars(args).items() if k in paths}
     cfg = dataclasses.replace(apply(TrainConfig(), given), **fixed)

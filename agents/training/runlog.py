@@ -222,7 +222,6 @@ class RunLock:
 
 def _umask() -> int:
     """The process umask."""
-
     return current_umask()
 
 

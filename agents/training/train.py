@@ -82,7 +82,6 @@ def oom_guard(cfg: TrainConfig, phase: str):
 def default_model(task) -> str:
     """The task's offline reference LM folder (`Task.offline_model`; built and cached on first
     use); a ValueError when the task has none."""
-
     recipe = offline_model(task)
     if recipe is None:
         name = task if isinstance(task, str) else getattr(task, "name", task)
@@ -98,7 +97,6 @@ def model_of(cfg: TrainConfig, agent: str) -> str | None:
 
 def tokenizer_folder(model: str | None) -> str | None:
     """The model folder when it holds a tokenizer, else None."""
-
     if model and os.path.isdir(model) and any(f.startswith("tokenizer")
                                               for f in os.listdir(model)):
         return model
@@ -242,7 +240,6 @@ class Trainer:
 
     def _task(self):
         """The task (a `takes_run_tokenizer` task adopts the model's tokenizer in the env)."""
-
         return make_task(self.cfg.task, **self.cfg.task_options)
 
     def _tokenizer(self):
@@ -279,10 +276,8 @@ class Trainer:
 
     def save(self, path: str) -> None:
         """Atomically checkpoint the full training state."""
-
         save_checkpoint(self, path)
 
     def load(self, path: str) -> None:
         """Continue from a checkpoint written by save()."""
-
         load_checkpoint(self, path)

@@ -37,6 +37,7 @@ RECIPES = {
 }
 TASKS = tuple(RECIPES)
 
+
 def _train_tokenizer(task: str, out: Path) -> None:
     """Train a byte-level BPE with single-digit tokens on ``task``'s texts; save it to ``out``."""
     tok = Tokenizer(models.BPE())

@@ -312,7 +312,6 @@ def register_builtin() -> None:
 
 def _discover() -> None:
     """The built-in tasks, then the installed `cory.tasks` entry points."""
-
     register_builtin()
     load_entry_points("cory.tasks")
 

@@ -102,7 +102,6 @@ class IMDBTask(Task):
 
     def build_tokenizer(self):
         """The policy's tokenizer (GPT-2 by default)."""
-
         return load_tokenizer(self.tokenizer_name)
 
     def load_queries(self, split: str) -> list[Query]:
@@ -169,7 +168,6 @@ class GSM8KTask(Task):
 
     def build_tokenizer(self):
         """The policy's tokenizer (Llama-2-7b-chat by default)."""
-
         return load_tokenizer(self.tokenizer_name)
 
     def load_queries(self, split: str) -> list[Query]:

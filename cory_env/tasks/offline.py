@@ -85,18 +85,15 @@ class ArithmeticTask(Task):
     @property
     def pioneer_template(self) -> str:
         """The one-shot prompt: a worked example, then the question."""
-
         return ARITH_ONE_SHOT + "Question: {query}\nAnswer:"
 
     @property
     def observer_template(self) -> str:
         """The one-shot prompt with the pioneer's answer as a `Reference:` line."""
-
         return ARITH_ONE_SHOT + "Question: {query}\nReference: {response}\nAnswer:"
 
     def chain_template(self, position: int) -> str:
         """Chain position >= 2: numbered references (`reference_chain`)."""
-
         return reference_chain(ARITH_ONE_SHOT, position)
     default_max_new_tokens = 40  # the longest worked solution is 37 tokens + EOS
     default_context_len = 192
@@ -113,7 +110,6 @@ class ArithmeticTask(Task):
 
     def load_queries(self, split: str) -> list[Query]:
         """Problems of a split; train and test problems are disjoint."""
-
         problems = arithmetic_problems(self.n_queries, seed=split_seed(split), split=split)
         return [Query(text=p["question"], answer=str(p["answer"])) for p in problems]
 

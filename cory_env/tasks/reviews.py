@@ -55,7 +55,6 @@ class ReviewsTask(Task):
 
     def build_tokenizer(self):
         """SmolLM2's tokenizer by default (the run's model's when it has one)."""
-
         return load_tokenizer(self.tokenizer_name)
 
     def load_queries(self, split: str) -> list[Query]:

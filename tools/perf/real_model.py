@@ -147,10 +147,9 @@ def measure(method: str, setting: str, args, tput: dict) -> dict:
         clock.seconds["update"] += m["time_update_s"]
     total = (time.perf_counter() - t0) / args.iters
     peak = tput["bf16" if fast else "fp32"] * 1e12
-    phases = {}
-    for name in ("decode", "reference", "full pass", "update"):
-        s, f = clock.seconds[name] / args.iters, clock.flops[name] / args.iters
-        phases[name] = {"s": round(s, 3), "gflop": round(f / 1e9, 1), "floor_s": round(f / peak, 3)}
+    phases = {name: phase_row(clock.seconds[name] / args.iters,
+                              clock.flops[name] / args.iters, peak)
+              for name in ("decode", "reference", "full pass", "update")}
     rest = total - sum(p["s"] for p in phases.values())
     phases["rest (env, rewards, metrics)"] = {"s": round(rest, 3), "gflop": 0, "floor_s": 0}
     floor = sum(p["floor_s"] for p in phases.values())
@@ -159,6 +158,12 @@ def measure(method: str, setting: str, args, tput: dict) -> dict:
             "times_floor": round(total / floor, 2), "phases": phases,
             "alone": alone_evaluation(trainer, args.alone, clock, peak) if args.alone else None,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}
+
+
+def phase_row(seconds: float, flops: float, peak: float) -> dict:
+    """One phase's row: its seconds, GFLOP and floor at `peak` FLOP/s."""
+    return {"s": round(seconds, 3), "gflop": round(flops / 1e9, 1),
+            "floor_s": round(flops / peak, 3)}
 
 
 def alone_evaluation(trainer: Trainer, n: int, clock: Clock, peak: float) -> dict:
@@ -172,9 +177,8 @@ def alone_evaluation(trainer: Trainer, n: int, clock: Clock, peak: float) -> dic
     answer_alone(env, trainer.learner.policies["llm_0"], trainer.cfg.sampling,
                  torch.Generator().manual_seed(0), list(range(n)))
     total = time.perf_counter() - t0
-    phases = {name: {"s": round(clock.seconds[name] - seconds.get(name, 0), 3),
-                     "gflop": round((clock.flops[name] - flops.get(name, 0)) / 1e9, 1),
-                     "floor_s": round((clock.flops[name] - flops.get(name, 0)) / peak, 3)}
+    phases = {name: phase_row(clock.seconds[name] - seconds.get(name, 0),
+                          clock.flops[name] - flops.get(name, 0), peak)
               for name in ("decode", "reference", "full pass")}
     floor = sum(p["floor_s"] for p in phases.values())
     return {"queries": n, "s": round(total, 3), "floor_s": round(floor, 3),
