@@ -48,6 +48,36 @@ def metrics_table(data: RunData, task: str, eta) -> list[str]:
     return lines
 
 
+def rounds_table(data: RunData, task: str, eta) -> list[str]:
+    """With rounds: per method and role, each round's task reward and KL (final iterations)."""
+    rows = select(data.rows, task=task, sweep_eta=eta)
+    n = max((int(k.split("_")[1]) for r in rows for k in r if k.startswith("round_")
+             and k.endswith("_kl")), default=0)
+    if not n:
+        return []
+    lines = ["| method | role | " + " | ".join(f"round {r} reward | round {r} KL"
+                                              for r in range(1, n + 1)) + " |",
+             "|---|---|" + "---|---|" * n]
+    for method in data.methods(task, eta):
+        for role in data.roles(task, method, eta):
+            match = {"task": task, "method": method, "sweep_eta": eta, "role": role}
+            cells = [str(data.stat(f"round_{r}_{f}", **match)) for r in range(1, n + 1)
+                     for f in ("task_reward", "kl")]
+            lines.append(f"| {method} | {role} | " + " | ".join(cells) + " |")
+    return ["### Each round (final iterations)", "", *lines, ""]
+
+
+def rounds_note(config: dict) -> list[str]:
+    """What the paper's claims mean on episodes of several rounds (nothing for one)."""
+    rounds = (config.get("train") or {}).get("rounds", 1)
+    if rounds == 1:
+        return []
+    return [f"With {rounds} rounds the claims keep their one-round definitions: training's task "
+            f"reward is each agent's last round's, its KL the sum over the agent's {rounds} "
+            f"turns, and answering alone is one answer to one query (one round); the paper "
+            f"made no claim about several rounds.", ""]
+
+
 def cut_lines(data: RunData, task: str, eta) -> list[str]:
     """Where the window cut prompts (their start dropped to fit): per method and role, the
     mean tokens cut and the share of episodes cut, over every iteration and seed."""
@@ -221,7 +251,8 @@ def render(data: RunData, plots: dict[str, list[str]] | None = None,
     claims = all_claims(data)
     out = ["# CORY benchmark report", "", headline(data, claims), "", *(preamble or []),
            CONVENTIONS.format(window=data.window, seeds=n_seeds(data)), "",
-           "## The paper's claims, checked on this run", "", *[c.line() for c in claims], ""]
+           "## The paper's claims, checked on this run", "", *[c.line() for c in claims], "",
+           *rounds_note(data.config or {})]
     if data.config:
         out += ["## Settings (shared by all methods)", "", *settings_lines(data.config), ""]
     for task in data.tasks():
@@ -237,6 +268,7 @@ def render(data: RunData, plots: dict[str, list[str]] | None = None,
             out += [f"![{p.split('/')[-1][:-4]}](<{p}>)" for p in plots.get(f"{task}|{eta}", [])]
             out += ["", "### In training (final iterations)", "", *metrics_table(data, task, eta),
                     ""]
+            out += rounds_table(data, task, eta)
             out += cut_lines(data, task, eta)
             audit = audit_table(data, task, eta)
             if audit:

@@ -10,6 +10,7 @@
 | State              | every position's observation, concatenated (`state()`)                 |
 | Rewards            | 0 until the last position's turn ends; then every agent gets the sum of  |
 |                    | the K task rewards (`reward_mode="collective"`) or its own ("individual") |
+|                    | (with `rounds`: at the end of each round the task pays)                  |
 | Infos              | `role`, `task_reward`, `response`, and any prompt tokens cut           |
 
     env = cory_env.env(task="sentiment", max_new_tokens=8)
@@ -19,7 +20,7 @@
         env.step(None if term or trunc else env.action_space(agent).sample())
 
 **Arguments** (`cory_env.config.EnvConfig`, checked by name): `task`, `tokenizer`,
-`max_new_tokens` and `context_len` (None: the task's), `n_agents`, `rotation`,
+`max_new_tokens` and `context_len` (None: the task's), `n_agents`, `rounds`, `rotation`,
 `knowledge_transfer`, `reward_mode`, `render_mode`, `seed`, `split`,
 `action_mask`, `max_cycles`. Reset options: `rotation`, `queries`, `group_size`,
 `max_new_tokens`.
@@ -38,8 +39,16 @@ fitted to the longest prompt, a given one that is too short is warned about.
 
 One agent acting alone (the single-agent baseline) is `n_agents=1`: only llm_0 acts.
 
+Rounds (`rounds=R`, default 1): the chain repeats R times, every agent speaking once a round.
+A later turn's prompt is the task's `round_template` (by default the query and the whole
+transcript so far); a round's answers are scored when it ends, and the task pays every round
+or only the last (`Task.round_rewards`), each payment to every agent's latest turn, reported as
+that step's reward. A task may end an episode early (`Task.game_over`: a game won), and
+`max_cycles` caps each agent's steps over the whole episode. docs/environment.md, "Rounds".
+
 Version history: `cory_v0`, the first (role order is the one option `rotation` and one agent
-is `n_agents=1`; the earlier `swap_roles`, `order` and `single_agent` are refused by name).
+is `n_agents=1`; the earlier `swap_roles`, `order` and `single_agent` are refused by name;
+`rounds` added, with R = 1 the env as before).
 """
 
 from __future__ import annotations
@@ -230,7 +239,7 @@ class raw_env(QuerySource, AECEnv):
         self.episodes = self.config.episodes()
         self.task, self.tokenizer = self.episodes.task, self.episodes.tokenizer
         self.possible_agents = list(role_order(0, self.config.n_agents))
-        vocab, context, slots = self.episodes.vocab, self.episodes.L, max(self.episodes.n_agents, 2)
+        vocab, context, slots = self.episodes.vocab, self.episodes.L, max(self.episodes.n_turns, 2)
         self._obs_space = observation_space(context, vocab, self.config.action_mask)
         self._act_space = spaces.Discrete(vocab)
         self._mask = np.ones(vocab, dtype=np.int8) if self.config.action_mask else None
@@ -270,10 +279,11 @@ class raw_env(QuerySource, AECEnv):
                 "truncated_prompt_tokens": int(self.episodes.dropped[slot, 0])}
 
     def observe(self, agent):
-        """The agent's prompt and its tokens so far (all padding before its turn starts)."""
-        slot = self._slot_of(agent)
-        obs = {"observation": {"input_ids": self.episodes.ids[slot, 0].copy(),
-                               "attention_mask": self.episodes.mask[slot, 0].copy()}}
+        """The agent's prompt and its tokens so far in its current or latest turn (all padding
+        before its first turn starts)."""
+        row = self.episodes.row(self._slot_of(agent))
+        obs = {"observation": {"input_ids": self.episodes.ids[row, 0].copy(),
+                               "attention_mask": self.episodes.mask[row, 0].copy()}}
         if self._mask is not None:
             obs["action_mask"] = self._mask
         return obs
@@ -286,15 +296,18 @@ class raw_env(QuerySource, AECEnv):
         return self._slot[agent]
 
     def prompt_ids(self, agent) -> np.ndarray:
-        """The agent's prompt token ids (its rendered template; empty before its turn)."""
-        slot, ep = self._slot_of(agent), self.episodes
-        return ep.ids[slot, 0, :ep.P][ep.mask[slot, 0, :ep.P].astype(bool)].copy()
+        """The agent's prompt token ids in its current or latest turn (its rendered template;
+        empty before its turn)."""
+        ep = self.episodes
+        row = ep.row(self._slot_of(agent))
+        return ep.ids[row, 0, :ep.P][ep.mask[row, 0, :ep.P].astype(bool)].copy()
 
     def answer_ids(self, agent) -> np.ndarray:
-        """The agent's answer token ids so far (EOS included when it ended the answer)."""
-        slot = self._slot_of(agent)
+        """The agent's answer token ids so far in its current or latest turn (EOS included when
+        it ended the answer)."""
         ep = self.episodes
-        return ep.ids[slot, 0, ep.P:ep.P + int(ep.resp_len[slot, 0])].copy()
+        row = ep.row(self._slot_of(agent))
+        return ep.ids[row, 0, ep.P:ep.P + int(ep.resp_len[row, 0])].copy()
 
     @property
     def answer_cap(self) -> int:
@@ -320,25 +333,32 @@ class raw_env(QuerySource, AECEnv):
         self.episodes.check_tokens(token)
         self._cumulative_rewards[agent] = 0.0
         self._clear_rewards()
-        if self.episodes.step(token):
-            slot = self._slot[agent]
-            self.infos[agent]["response"] = self.episodes.texts[slot][0]
-            if self.episodes.finished:
+        ep, turn = self.episodes, self.episodes.turn
+        if ep.step(token):
+            self.infos[agent]["response"] = ep.texts[turn][0]
+            if ep.finished:
                 self._finish()
             else:
-                nxt = self.episodes.turn
-                self.agent_selection = self.agents[nxt]
+                nxt = ep.turn
+                self.agent_selection = self.agents[ep.position(nxt)]
                 self.infos[self.agent_selection]["truncated_prompt_tokens"] = \
-                    int(self.episodes.dropped[nxt, 0])
+                    int(ep.dropped[nxt, 0])
+                if ep.paid_now is not None:  # a round ended and the task pays every round
+                    self._pay(ep.paid_now)
         self._accumulate_rewards()
 
+    def _pay(self, paid: np.ndarray) -> None:
+        """This step's rewards: each agent's share of what the round paid."""
+        for agent in self.agents:
+            self.rewards[agent] = float(paid[self._slot[agent], 0])
+
     def _finish(self) -> None:
-        cap = self.config.max_cycles
-        capped = cap is not None and not self.episodes.hit_eos[self.episodes.n_agents - 1, 0]
+        ep, cap = self.episodes, self.config.max_cycles
+        capped = ep.truncated or cap is not None and not ep.hit_eos[ep.turn, 0]
+        self._pay(ep.paid_now)
         for agent in self.agents:
             slot = self._slot[agent]
-            self.rewards[agent] = float(self.episodes.agent_rewards[slot, 0])
-            self.infos[agent]["task_reward"] = float(self.episodes.task_rewards[slot, 0])
+            self.infos[agent]["task_reward"] = float(ep.task_rewards[slot, 0])
             if capped:  # the episode ran into max_cycles: truncated, as PettingZoo says
                 self.truncations[agent] = True
             else:
@@ -361,13 +381,18 @@ class raw_env(QuerySource, AECEnv):
         """A readable transcript of the current episode."""
         if not self.agents and not hasattr(self, "_slot"):
             return "(no episode)"
-        lines = [f"query: {self.episodes.queries[0].text!r}"]
-        for agent, slot in self._slot.items():
-            prompt = self.tokenizer.decode(self.prompt_ids(agent).tolist())
-            response = self.tokenizer.decode(self.answer_ids(agent).tolist())
-            line = f"[{agent} {self.episodes.roles[slot]}] {prompt!r} -> {response!r}"
-            if self.episodes.task_rewards is not None:
-                line += f"  r={self.episodes.task_rewards[slot, 0]:+.3f}"
+        ep = self.episodes
+        lines = [f"query: {ep.queries[0].text!r}"]
+        agents = {slot: agent for agent, slot in self._slot.items()}
+        played = range(ep.turn + 1) if ep.rounds > 1 else range(len(agents))
+        for turn in played:
+            slot, ids, mask = ep.position(turn), ep.ids[turn, 0], ep.mask[turn, 0]
+            prompt = self.tokenizer.decode(ids[:ep.P][mask[:ep.P].astype(bool)].tolist())
+            response = self.tokenizer.decode(ids[ep.P:ep.P + int(ep.resp_len[turn, 0])].tolist())
+            said = f" round {turn // ep.n_agents + 1}" if ep.rounds > 1 else ""
+            line = f"[{agents[slot]} {ep.roles[slot]}{said}] {prompt!r} -> {response!r}"
+            if turn < ep.scored:
+                line += f"  r={ep.turn_task[turn, 0]:+.3f}"
             lines.append(line)
         return "\n".join(lines)
 

@@ -6,7 +6,8 @@
         obs, rewards, terms, truncs, infos = env.step(policy(obs))   # actions: (B,) tensor
 
 All episodes are in the same turn at the same time: first the pioneer's (env.agent_selection
-is the pioneer), then the observer's (with `n_agents=K`, positions 1..K-1 in order). An
+is the pioneer), then the observer's (with `n_agents=K`, positions 1..K-1 in order; with
+`rounds=R` the chain repeats R times, and an episode over early writes nothing more). An
 episode whose agent emitted EOS ignores its actions for the rest of the turn (its obs rows
 show no new tokens and obs["active"] is False). Its semantics equal the AEC env's step for
 step; `tests/env/test_env_batched.py` and `tests/env/test_chain.py` check it.
@@ -44,12 +45,22 @@ class BatchedCoryEnv(QuerySource):
     @property
     def agent_selection(self) -> str:
         """The agent whose turn it is."""
-        return self.agents[self.episodes.turn]
+        return self.agents[self.episodes.position(self.episodes.turn)]
 
     @property
     def role(self) -> str:
         """The role ("pioneer", "observer", or observer_k in a chain) of the acting agent."""
-        return self.episodes.roles[self.episodes.turn]
+        return self.episodes.roles[self.episodes.position(self.episodes.turn)]
+
+    @property
+    def turn_index(self) -> int:
+        """The current turn, counted over the episode (round * K + position)."""
+        return self.episodes.turn
+
+    @property
+    def round(self) -> int:
+        """The round (0-based) of the current turn."""
+        return self.episodes.turn // self.episodes.n_agents
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> dict:
         """Start B episodes; options: "rotation" (int: llm_{(k + r) % K} at position k),
@@ -67,8 +78,8 @@ class BatchedCoryEnv(QuerySource):
 
     def observe(self, agent: str | None = None) -> dict:
         """The agent's (default: the acting agent's) ids, mask and active rows as tensors."""
-        slot = self.episodes.turn if agent is None else self._slot(agent, "observe")
         ep = self.episodes
+        slot = ep.turn if agent is None else ep.row(self._slot(agent, "observe"))
         active = ~ep.turn_done if slot == ep.turn and not ep.finished else np.zeros(ep.batch, bool)
         return {"input_ids": self._tensor(ep.ids[slot]),
                 "attention_mask": self._tensor(ep.mask[slot]).long(),
@@ -85,15 +96,16 @@ class BatchedCoryEnv(QuerySource):
             raise TypeError(f"actions must be integer token ids, got dtype {tokens.dtype}")
         self.episodes.check_tokens(tokens)
         self.episodes.step(tokens.astype(np.int64, copy=False))
-        done = self.episodes.finished
+        done, paid = self.episodes.finished, self.episodes.paid_now
         zeros = torch.zeros(self.episodes.batch)
-        rewards = {a: self.reward(a) if done else zeros for a in self.agents}
+        rewards = {a: zeros if paid is None else torch.tensor(paid[i], dtype=torch.float32)
+                   for i, a in enumerate(self.agents)}
         terms = {a: torch.full((self.episodes.batch,), done) for a in self.agents}
         truncs = {a: torch.zeros(self.episodes.batch, dtype=torch.bool) for a in self.agents}
         return self.observe(), rewards, terms, truncs, self.infos()
 
     def reward(self, agent: str) -> torch.Tensor:
-        """The (B,) rewards the env paid `agent` at the end of the episodes."""
+        """The (B,) rewards the env paid `agent` over the episodes (once they are over)."""
         if self.episodes.agent_rewards is None:
             raise RuntimeError("the episodes are not finished: no rewards yet")
         return torch.as_tensor(self.episodes.agent_rewards[self._slot(agent, "reward")],
@@ -103,26 +115,37 @@ class BatchedCoryEnv(QuerySource):
         """Per-agent infos: role, task reward (B,) once known, response texts once written."""
         ep, out = self.episodes, {}
         for slot, agent in enumerate(self.agents):
+            row = ep.row(slot)
             out[agent] = {
                 "role": ep.roles[slot],
                 "task_reward": None if ep.task_rewards is None
                 else torch.as_tensor(ep.task_rewards[slot], dtype=torch.float32),
-                "response": ep.texts[slot],
-                "truncated_prompt_tokens": torch.as_tensor(ep.dropped[slot]),
+                "response": ep.texts[row],
+                "truncated_prompt_tokens": torch.as_tensor(ep.dropped[row]),
             }
         return out
 
     def turn(self, agent: str) -> dict:
-        """The agent's finished turn: prompt+response ids (B,L), mask, and response_mask (B,T)."""
-        slot, ep = self._slot(agent, "turn"), self.episodes
-        if not (ep.finished or slot < ep.turn):
+        """The agent's latest finished turn: prompt+response ids (B,L), mask, and
+        response_mask (B,T)."""
+        slot = self.episodes.last_turn(self._slot(agent, "turn"))
+        if slot is None:
             raise RuntimeError(f"{agent}'s turn is not over yet")
+        ep = self.episodes
         mask = self._tensor(ep.mask[slot]).long()
         return {"input_ids": self._tensor(ep.ids[slot]), "attention_mask": mask,
                 "response_mask": mask[:, ep.P:].float(), "queries": ep.queries,
                 "query_index": torch.as_tensor(self.query_indices), "group_size": self.group_size,
                 "pool_size": self.pool_size,
                 "prompt_cut": torch.as_tensor(ep.dropped[slot].copy())}
+
+    def turn_rewards(self, agent: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """(paid, task): (n, B) what the env paid after each of the agent's n finished turns
+        and each answer's task reward (0 where its round was not scored)."""
+        ep = self.episodes
+        turns = ep.turns_of(self._slot(agent, "turn_rewards"))
+        return (torch.as_tensor(ep.turn_paid[turns], dtype=torch.float32),
+                torch.as_tensor(ep.turn_task[turns], dtype=torch.float32))
 
     def state(self) -> dict:
         """The joint transcript (every position's view, pioneer first) as (B, K*L) tensors."""

@@ -24,6 +24,7 @@ class EnvConfig:
     max_new_tokens: int | None = None  # None -> the task's default
     context_len: int | None = None  # observation length L; None -> the task's default
     n_agents: int = 2  # K: a chain llm_0..llm_{K-1}, each seeing the answers before it
+    rounds: int = 1  # R: the chain repeats R times, every agent speaking once per round
     rotation: int = 0  # the order offset: position k is played by llm_{(k + rotation) % K}
     knowledge_transfer: bool = True  # the observer sees the pioneer's response
     reward_mode: str = "collective"  # "collective" (r_pio + r_obs to both) or "individual"
@@ -47,6 +48,8 @@ class EnvConfig:
         if not is_int(self.rotation):
             raise TypeError(f"rotation must be an integer, got {self.rotation!r}")
         check_rotation(self.rotation, self.n_agents)
+        if not is_int(self.rounds) or self.rounds < 1:
+            raise ValueError(f"rounds must be a positive integer, got {self.rounds!r}")
         for name in ("max_new_tokens", "context_len", "max_cycles"):
             value = getattr(self, name)
             if value is not None and (not is_int(value) or value < 1):
@@ -80,8 +83,9 @@ class EnvConfig:
         task, tokenizer, max_new, context = self.resolve()
         return Episodes(task, tokenizer, max_new_tokens=max_new, context_len=context,
                         knowledge_transfer=self.knowledge_transfer, reward_mode=self.reward_mode,
-                        n_agents=self.n_agents,
-                        fit_context=self.context_len is None, split=self.split)
+                        n_agents=self.n_agents, rounds=int(self.rounds),
+                        max_cycles=self.max_cycles, fit_context=self.context_len is None,
+                        split=self.split)
 
     @classmethod
     def from_kwargs(cls, **kwargs) -> EnvConfig:

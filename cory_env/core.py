@@ -2,8 +2,13 @@
 
 `Episodes` steps B CORY episodes in lockstep with numpy arrays: the pioneer's turn, then the
 observer's turn (in a chain of K agents, positions 1..K-1 in order, each seeing the answers
-before it), then the task reward. Both public envs are thin views of it, which is why their
-semantics are the same by construction (and tested to be).
+before it), then the task reward. With `rounds=R` the chain repeats R times: turn j (0-based
+over the episode) is position j mod K's, in round j // K, and its prompt is the task's
+template for that turn (by default the query and the whole transcript so far). A round's
+answers are scored when it ends; the task says whether every round pays (`round_rewards`
+"each") or only the last ("final"), and may end an episode early (`game_over`: a game won).
+A payment goes to each agent's latest turn in which it spoke. Both public envs are thin views
+of it, which is why their semantics are the same by construction (and tested to be).
 
 Token layout of every observation, per agent, fixed size L = context_len:
 
@@ -22,7 +27,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .tasks.base import QUERY, Query, Task, slot_position
+from .tasks.base import QUERY, STATE, Query, Task, slot_position
 
 PIONEER, OBSERVER = 0, 1
 ROLES = ("pioneer", "observer")
@@ -50,7 +55,8 @@ def leading_ids(tokenizer) -> list[int]:
 class TemplateRenderer:
     """Turns a template plus per-episode query/response ids into right-aligned prompt rows.
 
-    Pieces are static token ids, QUERY, or the 0-based chain position of an earlier answer.
+    Pieces are static token ids, QUERY, STATE (the task's text for the turn) or the 0-based
+    turn of an earlier answer.
     """
 
     def __init__(self, template, tokenizer, position: int = 1):
@@ -58,7 +64,7 @@ class TemplateRenderer:
         self.pieces: list[str | int | np.ndarray] = []
         for piece in template.pieces():
             earlier = slot_position(piece, position)
-            if piece == QUERY:
+            if piece in (QUERY, STATE):
                 self.pieces.append(piece)
             elif earlier is not None:
                 if not 1 <= earlier <= position:
@@ -75,14 +81,23 @@ class TemplateRenderer:
 
     def count(self, kind) -> int:
         """How many query pieces (kind=str) or earlier answers (kind=int) the template has."""
+        if kind is str:
+            return sum(isinstance(p, str) and p == QUERY for p in self.pieces)
         return sum(isinstance(p, kind) for p in self.pieces)
 
-    def render(self, q_ids, q_len, answers, width: int, pad: int):
+    @property
+    def has_state(self) -> bool:
+        """Whether the template holds the task's `{state}` text."""
+        return any(isinstance(p, str) and p == STATE for p in self.pieces)
+
+    def render(self, q_ids, q_len, answers, width: int, pad: int, state=None):
         """Return (ids (B,width), mask (B,width), dropped (B,)) with prompts right-aligned;
-        `answers` holds the (ids (B, n), lengths (B,)) of the earlier positions. The
-        tokenizer's leading tokens (BOS where it declares one) start every prompt, also one
-        cut on the left to fit."""
+        `answers` holds the (ids (B, n), lengths (B,)) of the earlier turns and `state` those
+        of the task's state text. The tokenizer's leading tokens (BOS where it declares one)
+        start every prompt, also one cut on the left to fit."""
         m = len(self.lead)
+        if state is not None:
+            answers = [*answers, state]  # read by the STATE piece as the last part
         if not m:
             return self._render_body(q_ids, q_len, answers, width, pad)
         body, body_mask, dropped = self._render_body(q_ids, q_len, answers, width - m, pad)
@@ -103,7 +118,9 @@ class TemplateRenderer:
                                     [ids[0, : n[0]] for ids, n in answers], width, pad)
         parts = []
         for piece in self.pieces:
-            if isinstance(piece, str):
+            if isinstance(piece, str) and piece == STATE:
+                parts.append(answers[-1])
+            elif isinstance(piece, str):
                 parts.append((q_ids, q_len))
             elif isinstance(piece, int):
                 parts.append(answers[piece])
@@ -132,8 +149,10 @@ class TemplateRenderer:
 
     def _render_one(self, query, answers, width: int, pad: int):
         """`render` for a single episode (the AEC env's path): one concatenate, no index maths."""
-        parts = [query if isinstance(piece, str) else answers[piece]
-                 if isinstance(piece, int) else piece for piece in self.pieces]
+        parts = [answers[-1] if isinstance(piece, str) and piece == STATE
+                 else query if isinstance(piece, str)
+                 else answers[piece] if isinstance(piece, int) else piece
+                 for piece in self.pieces]
         row = np.concatenate(parts) if parts else np.zeros(0, np.int64)
         dropped = max(len(row) - width, 0)
         row = row[dropped:]
@@ -146,39 +165,70 @@ class TemplateRenderer:
 
 
 class Episodes:
-    """B chains of K turns (pioneer first) stepped in lockstep (numpy, no loop over B per step).
+    """B chains of K turns (pioneer first), repeated for R rounds, stepped in lockstep (numpy,
+    no loop over B per step).
 
-    Arrays are indexed by chain position (slot), not by agent: the envs map agents to slots.
+    Arrays are indexed by turn (j = round * K + position), not by agent: the envs map agents
+    to positions.
     """
 
     def __init__(self, task: Task, tokenizer, *, max_new_tokens: int, context_len: int,
                  knowledge_transfer: bool = True, reward_mode: str = "collective",
-                 n_agents: int = 2, fit_context: bool = False,
-                 split: str = "train"):
+                 n_agents: int = 2, rounds: int = 1, max_cycles: int | None = None,
+                 fit_context: bool = False, split: str = "train"):
         self.task, self.tokenizer = task, tokenizer
         self.reward_mode = reward_mode
         self.knowledge_transfer = knowledge_transfer
         self.vocab = len(tokenizer)
         self.eos = tokenizer.eos_token_id
         self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos
-        self.n_agents = n_agents
-        self.renderers = tuple(TemplateRenderer(t, tokenizer, k) for k, t in
-                               enumerate(task.templates(knowledge_transfer, max(self.n_agents, 2))))
+        self.n_agents, self.rounds, self.budget = n_agents, rounds, max_cycles
+        self.n_turns = n_agents * rounds
+        templates = (task.templates(knowledge_transfer, max(n_agents, 2)) if rounds == 1
+                     else task.templates(knowledge_transfer, n_agents, rounds))
+        self.renderers = tuple(TemplateRenderer(t, tokenizer, k) for k, t in enumerate(templates))
         self.roles = role_names(self.n_agents)
         self.T, self.L = max_new_tokens, context_len
-        # prompts that cannot fit the window are said at the start (K > 2: L fits them)
+        # prompts that cannot fit the window are said at the start (K > 2 or R > 1: L fits them)
         longest = max(task.query_lengths(task.queries(split), tokenizer))
-        need = chain_context(self.renderers[:self.n_agents], longest, max_new_tokens)
-        if fit_context and self.n_agents > 2:
+        need = chain_context(self.renderers[:self.n_turns], longest, max_new_tokens)
+        if fit_context and (self.n_agents > 2 or rounds > 1):
             self.L = max(context_len, need)
         elif context_len < need:
+            rounds_said = f" over {rounds} rounds" if rounds > 1 else ""
             warnings.warn(f"task {task.name!r}: context_len={context_len} is too short for its "
-                          f"prompts with {self.n_agents} agent(s): a prompt can reach "
-                          f"{need - max_new_tokens} tokens and its start would be cut (counted "
-                          f"per turn as prompt_tokens_cut); raise context_len to {need}",
+                          f"prompts with {self.n_agents} agent(s){rounds_said}: a prompt can "
+                          f"reach {need - max_new_tokens} tokens and its start would be cut "
+                          f"(counted per turn as prompt_tokens_cut); raise context_len to {need}",
                           stacklevel=3)
+        if task.zero_sum and reward_mode == "collective" and n_agents > 1:
+            warnings.warn(f"task {task.name!r} is zero-sum: under reward_mode='collective' "
+                          f"every agent is paid 0; use reward_mode='individual'", stacklevel=3)
         self.P = self.L - max_new_tokens
         self.batch = 0
+
+    # -- turns ------------------------------------------------------------------------------
+    def position(self, turn: int) -> int:
+        """The chain position (0: the pioneer) that plays a turn."""
+        return turn % self.n_agents
+
+    def row(self, position: int) -> int:
+        """The turn whose row the agent at `position` sees now: its current or latest turn
+        (its first, all padding, before it has begun)."""
+        j = self.turn - (self.turn - position) % self.n_agents
+        return j if j >= 0 else position
+
+    def last_turn(self, position: int) -> int | None:
+        """The agent's latest finished turn, or None when none has finished."""
+        j = self.row(position)
+        if self.finished or j < self.turn:
+            return j
+        return j - self.n_agents if j >= self.n_agents else None
+
+    def turns_of(self, position: int) -> list[int]:
+        """The turns the agent at `position` has played (finished) so far."""
+        last = self.last_turn(position)
+        return [] if last is None else list(range(position, last + 1, self.n_agents))
 
     # -- episode start --------------------------------------------------------------------
     def start(self, queries: Sequence[Query], cap: int | None = None) -> None:
@@ -195,30 +245,52 @@ class Episodes:
         self.q_ids = np.full((b, max(int(self.q_len.max()), 1)), self.pad, dtype=np.int64)
         for i, ids in enumerate(encoded):  # once per episode, not per step
             self.q_ids[i, : len(ids)] = ids
-        k = max(self.n_agents, 2)  # a single agent keeps the observer's slot empty
+        k = max(self.n_turns, 2)  # a single agent keeps the observer's row empty
         self.ids = np.full((k, b, self.L), self.pad, dtype=np.int64)
         self.mask = np.zeros((k, b, self.L), dtype=np.int8)
         self.resp_len = np.zeros((k, b), dtype=np.int64)
         self.hit_eos = np.zeros((k, b), dtype=bool)
         self.dropped = np.zeros((k, b), dtype=np.int64)
+        self.turn_task = np.zeros((k, b))  # the task reward of each turn's answer, once scored
+        self.turn_paid = np.zeros((k, b))  # what the env paid after each turn
+        self.credit = np.tile(np.arange(self.n_agents)[:, None], (1, b))  # who gets a payment
+        self.ended = np.zeros(b, dtype=bool)  # episodes over early (a game won)
+        self.acted = np.zeros(self.n_agents, dtype=np.int64)  # steps taken, per position
         self.task_rewards: np.ndarray | None = None
         self.agent_rewards: np.ndarray | None = None
+        self.truncated = False
+        self.scored = 0  # turns whose round has been scored
+        self.paid_now: np.ndarray | None = None  # (K, B) what the last step's round paid
         self.turn, self.t = PIONEER, 0
         self.turn_done = np.zeros(b, dtype=bool)
         self.texts: list[list[str] | None] = [None] * k
         self.finished = False
         self._begin_turn(PIONEER)
 
-    def _begin_turn(self, slot: int) -> None:
-        # the answers of the positions before `slot`; EOS is not copied over
+    def _begin_turn(self, turn: int) -> None:
+        # the answers of the turns before `turn`; EOS is not copied over
         answers = [(self.ids[j, :, self.P:], self.resp_len[j] - self.hit_eos[j])
-                   for j in range(slot)]
-        ids, mask, dropped = self.renderers[slot].render(
-            self.q_ids, self.q_len, answers, self.P, self.pad)
-        self.ids[slot, :, : self.P], self.mask[slot, :, : self.P] = ids, mask
-        self.dropped[slot] = dropped
-        self.turn, self.t = slot, 0
-        self.turn_done[:] = False
+                   for j in range(turn)]
+        renderer = self.renderers[turn]
+        ids, mask, dropped = renderer.render(self.q_ids, self.q_len, answers, self.P, self.pad,
+                                             self._state(turn) if renderer.has_state else None)
+        self.ids[turn, :, : self.P], self.mask[turn, :, : self.P] = ids, mask
+        self.dropped[turn] = dropped
+        self.turn, self.t = turn, 0
+        self.turn_done[:] = self.ended  # an episode already over writes nothing
+        left = None if self.budget is None else self.budget - self.acted[self.position(turn)]
+        self.turn_cap = self.cap if left is None else min(self.cap, int(left))
+
+    def _state(self, turn: int):
+        """The task's `{state}` text of every episode for a turn, as (ids, lengths)."""
+        texts = [self.task.state_text(q, [self.texts[j][i] for j in range(turn)], turn)
+                 for i, q in enumerate(self.queries)]
+        encoded = [self.tokenizer.encode(t, add_special_tokens=False) for t in texts]
+        lens = np.array([len(e) for e in encoded], dtype=np.int64)
+        ids = np.full((len(encoded), max(int(lens.max()), 1)), self.pad, dtype=np.int64)
+        for i, e in enumerate(encoded):
+            ids[i, :len(e)] = e
+        return ids, lens
 
     # -- stepping ---------------------------------------------------------------------------
     def check_tokens(self, tokens: np.ndarray) -> None:
@@ -237,21 +309,39 @@ class Episodes:
         """Append one token per active episode; return True when the current turn has ended."""
         if self.finished:
             raise RuntimeError("episodes are finished; call start() first")
-        slot, col = self.turn, self.P + self.t
+        turn, col = self.turn, self.P + self.t
+        self.paid_now = None
         if self.batch == 1:
-            all_done = self._append_one(slot, col, int(tokens[0]))
+            all_done = self._append_one(turn, col, int(tokens[0]))
         else:
-            all_done = self._append(slot, col, tokens)
+            all_done = self._append(turn, col, tokens)
         self.t += 1
-        if self.t < self.cap and not all_done:
+        self.acted[self.position(turn)] += 1
+        if self.t < self.turn_cap and not all_done:
             return False
-        self.texts[slot] = self.responses(slot)
-        if slot + 1 < self.n_agents:
-            self._begin_turn(slot + 1)
-        else:
-            self._score()
-            self.finished = True
+        self._end_turn(turn)
         return True
+
+    def _end_turn(self, turn: int) -> None:
+        """Record the answers, let the task end episodes, score a finished round, go on."""
+        self.texts[turn] = self.responses(turn)
+        position = self.position(turn)
+        self.credit[position] = np.where(self.resp_len[turn] > 0, turn, self.credit[position])
+        if self.n_turns > 1:
+            over = self.task.game_over(self.queries, self.texts[:turn + 1])
+            if over is not None:
+                self.ended |= check_rows(self.task, "game_over", over, self.batch).astype(bool)
+        nxt = turn + 1
+        spent = self.budget is not None and nxt < self.n_turns and \
+            self.acted[self.position(nxt)] >= self.budget
+        done = nxt >= self.n_turns or bool(self.ended.all()) or spent
+        self.truncated = spent
+        if done or position == self.n_agents - 1:
+            self._score(turn // self.n_agents, turn + 1, last=done)
+        if done:
+            self.finished = True
+        else:
+            self._begin_turn(nxt)
 
     def _append(self, slot: int, col: int, tokens: np.ndarray) -> bool:
         """Write column col of every active episode; return True when all turns are done."""
@@ -279,21 +369,47 @@ class Episodes:
 
     # -- rewards ----------------------------------------------------------------------------
     def responses(self, slot: int) -> list[str]:
-        """Decoded response texts of one role (EOS stripped)."""
+        """Decoded response texts of one turn (EOS stripped)."""
         lens = self.resp_len[slot] - self.hit_eos[slot]
         rows = self.ids[slot, :, self.P:]
         return self.tokenizer.batch_decode([r[:n].tolist() for r, n in zip(rows, lens)],
                                            skip_special_tokens=False)
 
-    def _score(self) -> None:
-        texts = [t for s in range(self.n_agents) for t in self.texts[s]]
-        queries = self.queries * self.n_agents
-        scores = safe_reward(self.task, queries, texts).reshape(self.n_agents, self.batch)
-        self.task_rewards = scores
-        if self.reward_mode == "collective":
-            self.agent_rewards = np.broadcast_to(scores.sum(0), scores.shape).copy()
+    def _score(self, rnd: int, played: int, last: bool) -> None:
+        """Score round `rnd` (turns up to `played`), pay it if the task pays every round or it
+        is the last, and at the last add up each agent's pay."""
+        k, first = self.n_agents, rnd * self.n_agents
+        scores = self.task.round_scores(self.queries, self.texts[:played], k, last)
+        if scores is None:  # each of the round's answers scored by the task's reward
+            texts = [t for j in range(first, played) for t in self.texts[j]]
+            scores = np.zeros((k, self.batch))
+            scores[:played - first] = safe_reward(self.task, self.queries * (played - first),
+                                                  texts).reshape(played - first, self.batch)
         else:
-            self.agent_rewards = scores.copy()
+            scores = check_rows(self.task, "round_scores", scores, self.batch, k)
+        self.turn_task[first:played] = scores[:played - first]
+        for position in range(played - first, k):  # a last round cut short: their latest turn
+            self.turn_task[self.credit[position], np.arange(self.batch)] = scores[position]
+        self.task_rewards, self.scored = scores, played
+        if last or self.task.round_rewards == "each":
+            paid = (np.broadcast_to(scores.sum(0), scores.shape) if self.reward_mode ==
+                    "collective" else scores)
+            self.paid_now, cols = paid, np.arange(self.batch)
+            for position in range(k):
+                self.turn_paid[self.credit[position], cols] += paid[position]
+        if last:
+            self.agent_rewards = np.stack([self.turn_paid[p:self.n_turns:k].sum(0)
+                                           for p in range(k)])
+
+
+def check_rows(task: Task, what: str, value, batch: int, k: int | None = None) -> np.ndarray:
+    """A task hook's (B,) or (K, B) answer as finite numbers, or a RuntimeError naming it."""
+    out = np.asarray(value, dtype=np.float64)
+    shape = (batch,) if k is None else (k, batch)
+    if out.shape != shape or not np.isfinite(out).all():
+        raise RuntimeError(f"{what} of task {task.name!r} returned {out.shape} values (finite "
+                           f"numbers expected, shape {shape})")
+    return out
 
 
 def chain_context(renderers, query_len: int, max_new_tokens: int) -> int:

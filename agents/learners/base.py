@@ -30,7 +30,7 @@ from cory_env.text import copy_rate
 from ..llm.rollout import Turn
 from ..llm.sampling import SamplingConfig
 from .comm import Comm
-from .metrics import turn_metrics
+from .metrics import last_round, turn_metrics
 from .ppo import (
     PPOBatch,
     PPOConfig,
@@ -125,7 +125,7 @@ class PPOAgent:
         return PPOBatch(input_ids=turn.input_ids, attention_mask=turn.attention_mask,
                         response_mask=turn.response_mask, old_logprobs=turn.logprobs,
                         old_values=turn.values, ref_logprobs=turn.ref_logprobs, rewards=rewards,
-                        scores=scores)
+                        scores=scores, rounds=turn.rounds)
 
     @property
     def recomputes(self) -> bool:
@@ -213,6 +213,7 @@ class Learner:
     group_size = 1  # answers per query it asks for when cfg.group_size is None
     batch_multiplier = 1  # episodes per iteration = this x TrainConfig.batch_size
     saved_state: tuple[str, ...] = ()  # attributes of its own that a checkpoint must keep
+    takes_rounds = True  # False: it cannot train on episodes of several rounds (refused)
 
     def __init__(self, policies: dict, cfg: LearnerConfig, seed: int = 0,
                  comm: Comm | None = None, structure: Structure | None = None):
@@ -252,6 +253,11 @@ class Learner:
         """G: answers per query in each batch (cfg.group_size, else the class default)."""
         return self.cfg.group_size or self.group_size
 
+    def rounds(self, batch: PPOBatch) -> int:
+        """The turns of one episode GAE or a return runs across: the batch's rounds under
+        `credit="episode"`, 1 (each turn alone) under "turn"."""
+        return batch.rounds if self.cfg.ppo.credit == "episode" else 1
+
     def reset_options(self, iteration: int) -> dict:
         """Per-iteration env options: the structure's role order, and G answers per query when
         G > 1."""
@@ -265,7 +271,7 @@ class Learner:
     def metrics(self, turns: dict[str, Turn], stats: dict) -> dict[str, dict[str, float]]:
         """Per-agent metrics of an iteration (task reward, KL, combined reward, ...; after the
         pioneer, `copy_rate`: how often an answer repeats the previous position's verbatim)."""
-        collective = sum(t.task_reward.cpu() for t in turns.values())  # agents' devices differ
+        collective = sum(last_round(t.task_reward, t).cpu() for t in turns.values())
         out = {}
         for agent, turn in turns.items():
             beta = self.agents[agent].beta if agent in self.agents else 0.0

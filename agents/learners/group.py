@@ -18,6 +18,7 @@ from dataclasses import replace
 import torch
 
 from .base import Learner, norm_groups
+from .credit import episode_returns
 
 
 class GroupLearner(Learner):
@@ -59,7 +60,8 @@ class GroupLearner(Learner):
     def update(self, turns, iteration):
         """Clipped policy-gradient updates from each answer's group advantage."""
         batches = {a: self.agents[a].batch(t) for a, t in turns.items()}
-        returns = {a: (b.rewards * b.response_mask).sum(1) for a, b in batches.items()}
+        returns = {a: episode_returns((b.rewards * b.response_mask).sum(1), self.rounds(b))
+                   for a, b in batches.items()}  # with rounds: each episode's, on every turn
         group = next(iter(turns.values())).group_size
         adv = self.grouped(returns, group)
         stats = {}

@@ -1,19 +1,23 @@
 """MAPPO: K actors (two by default) and one centralized critic over the joint transcript.
 
 The critic sees the global state (the query, the pioneer's answer and every later answer, in
-chain order, as one gap-free sequence), so its value at each token conditions on everything
-said so far by any agent. Every agent's rewards are shaped as PPO's are (`PPOAgent.batch`:
-score scaling, normalisation and clipping, the per-token KL penalty). With the collective
-reward, GAE runs over the joint episode (every position's tokens in chain order) with the
-team score once at its end; with individual rewards each agent's returns stop at the end of
-its own turn. Each actor is then updated with clipped PPO on its share of the advantages, and
-the critic regresses the returns in passes sized like the actor's (values only: no LM head).
+chain order, as one gap-free sequence; with rounds, every turn of every round), so its value at
+each token conditions on everything said so far by any agent. Every agent's rewards are shaped
+as PPO's are (`PPOAgent.batch`: score scaling, normalisation and clipping, the per-token KL
+penalty). With the collective reward, GAE runs over the joint episode (every turn's tokens in
+order) with the team score once at the end of each round it pays; with individual rewards
+each agent's returns run over its own turns (across rounds under `credit="episode"`) and stop
+at the end of its last. Under `credit="turn"` each round (collective) or each turn
+(individual) is a trajectory of its own. Each actor is then updated with clipped PPO on its
+share of the advantages, and the critic regresses the returns in passes sized like the
+actor's (values only: no LM head).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import replace
+from types import SimpleNamespace
 
 import torch
 
@@ -66,14 +70,33 @@ def joint_sequence(pio, *later):
 
 
 def mappo_advantages(rewards, values, rmask, collective: bool, gamma: float, lam: float,
-                     n_turns: int = 2):
-    """GAE of the (B, K*T) joint rewards: over the whole episode if collective, else per turn."""
-    if collective:
-        return joint_gae(rewards, values, rmask, gamma, lam)
+                     n_turns: int = 2, trajectories: list[list[int]] | None = None):
+    """GAE of the (B, n*T) joint rewards of n turns over `trajectories` (lists of turns, each
+    one trajectory; by default the whole episode if collective, else each turn alone)."""
     T = rmask.shape[1] // n_turns
-    parts = [gae(rewards[:, c], values[:, c], rmask[:, c], gamma, lam)
-             for c in (slice(k * T, (k + 1) * T) for k in range(n_turns))]
-    return torch.cat([a for a, _ in parts], 1), torch.cat([r for _, r in parts], 1)
+    if trajectories is None:
+        trajectories = [list(range(n_turns))] if collective else [[j] for j in range(n_turns)]
+    adv, ret = torch.zeros_like(rewards), torch.zeros_like(rewards)
+    for turns in trajectories:
+        c = torch.cat([torch.arange(j * T, (j + 1) * T, device=rmask.device) for j in turns])
+        adv[:, c], ret[:, c] = joint_gae(rewards[:, c], values[:, c], rmask[:, c], gamma, lam)
+    return adv, ret
+
+
+def episode_order(chain) -> list[tuple[object, slice]]:
+    """Every turn of the episode in order, as (the agent's Turn, its rows): round r's
+    positions 0..K-1 are rows block r of each agent's stacked turns."""
+    B = chain[0].response_mask.shape[0] // chain[0].rounds
+    out = []
+    for r in range(max(t.rounds for t in chain)):
+        out += [(t, slice(r * B, (r + 1) * B)) for t in chain if r < t.rounds]
+    return out
+
+
+def view(turn, rows: slice) -> SimpleNamespace:
+    """The rows of one turn, as `joint_sequence` reads them."""
+    return SimpleNamespace(input_ids=turn.input_ids[rows], attention_mask=turn.attention_mask[rows],
+                           response_mask=turn.response_mask[rows])
 
 
 @register_learner("mappo", structure=CORY)
@@ -117,33 +140,45 @@ class MAPPO(IPPO):
         cfg, dev = self.cfg.ppo, self.critic.device
         batches = {a: self.agents[a].batch(t) for a, t in turns.items()}
         chain = sorted(turns.values(), key=lambda t: t.position)
-        ids, mask, rmask, cols = joint_sequence(*(t.to(dev) for t in chain))
+        order = episode_order(chain)  # every turn, in the episode's order
+        ids, mask, rmask, cols = joint_sequence(*(view(t.to(dev), r) for t, r in order))
         old_values = torch.zeros_like(rmask)
         with torch.no_grad():
             for p in self.passes(torch.arange(len(ids)), mask):
                 old_values[p] = self.critic_values(ids[p], mask[p], cols[p])
         old_values = old_values * rmask
-        T, K, stats = chain[0].response_mask.shape[1], len(chain), {}
-        spans = [slice(k * T, (k + 1) * T) for k in range(K)]
+        T, K, n, stats = chain[0].response_mask.shape[1], len(chain), len(order), {}
+        spans = [slice(j * T, (j + 1) * T) for j in range(n)]
         collective = self.structure.reward_mode == "collective"
-        rewards = [batches[t.agent].rewards.to(dev) for t in chain]
-        if collective:  # the team score counts once, at the episode's end (the last position's)
-            for k in range(K - 1):
-                b = batches[chain[k].agent]
-                rewards[k] = rewards[k] - token_rewards(
-                    b.scores.to(dev), torch.zeros_like(rewards[k]), rmask[:, spans[k]], 0.0)
+        rewards = [batches[t.agent].rewards[r].to(dev) for t, r in order]
+        if collective:  # the team score counts once a round, at its last turn
+            for j, (t, r) in enumerate(order):
+                if j % K != K - 1 and j != n - 1:
+                    rewards[j] = rewards[j] - token_rewards(
+                        batches[t.agent].scores[r].to(dev), torch.zeros_like(rewards[j]),
+                        rmask[:, spans[j]], 0.0)
+        across = cfg.credit == "episode"
+        if collective:  # the whole episode, or each round
+            trajectories = [list(range(n))] if across else \
+                [list(range(r, min(r + K, n))) for r in range(0, n, K)]
+        else:  # each agent's turns, or each turn
+            trajectories = [list(range(k, n, K)) for k in range(K)] if across else \
+                [[j] for j in range(n)]
         adv, returns = mappo_advantages(torch.cat(rewards, 1), old_values, rmask, collective,
-                                        cfg.gamma, cfg.lam, K)
+                                        cfg.gamma, cfg.lam, n, trajectories)
+        mine = {t.agent: torch.cat([torch.arange(j * T, (j + 1) * T, device=dev)
+                                    for j in range(n) if order[j][0] is t]) for t in chain}
         if cfg.whiten_advantages:  # per agent (per_agent_norm), or over every agent's tokens
-            white = whiten_agents({k: adv[:, c] for k, c in enumerate(spans)},
-                                  {k: rmask[:, c] for k, c in enumerate(spans)},
+            white = whiten_agents({a: adv[:, c] for a, c in mine.items()},
+                                  {a: rmask[:, c] for a, c in mine.items()},
                                   self.cfg.per_agent_norm)
-            adv = torch.cat([white[k] for k in range(K)], 1)
-        for k, turn in enumerate(chain):
-            batch, cols_k = batches[turn.agent], slice(k * T, (k + 1) * T)
-            home = turn.response_mask.device
-            batch.advantages = adv[:, cols_k].to(home)
-            batch.returns = returns[:, cols_k].to(home)
+            for a, c in mine.items():
+                adv[:, c] = white[a]
+        for turn in chain:  # the agent's turns back in its round-major rows
+            batch, home, rows = batches[turn.agent], turn.response_mask.device, turn.rounds
+            blocks = mine[turn.agent].view(rows, T)
+            batch.advantages = torch.cat([adv[:, c] for c in blocks]).to(home)
+            batch.returns = torch.cat([returns[:, c] for c in blocks]).to(home)
             stats[turn.agent] = self.agents[turn.agent].learn(batch, turn, self.generator)
         critic_stats = self.update_critic(ids, mask, rmask, cols, old_values, returns)
         for s in stats.values():

@@ -26,13 +26,24 @@ def repetition_rate(texts: Sequence[str]) -> float:
     return repeated / total if total else 0.0
 
 
+def last_round(x, turn):
+    """The rows of a per-episode tensor of `turn` that belong to the agent's last round."""
+    return x.view(getattr(turn, "rounds", 1), -1)[-1]
+
+
 def turn_metrics(turn, eta: float, n_samples: int = 3) -> dict:
-    """Metrics of one agent's turn; `combined_reward` = task reward - eta * sum KL."""
-    mask = turn.response_mask
-    kl = turn.full_kl.sum(1)
-    task = turn.task_reward.float()
+    """Metrics of one agent's turn; `combined_reward` = task reward - eta * sum KL. With
+    rounds: the last round's task reward, the KL summed over the agent's turns of an episode,
+    and each round's as `round_<r>_task_reward` / `round_<r>_kl`."""
+    mask, rounds = turn.response_mask, getattr(turn, "rounds", 1)
+    kl_turns = turn.full_kl.sum(1).view(rounds, -1)
+    kl, tasks = kl_turns.sum(0), turn.task_reward.float().view(rounds, -1)
+    task = last_round(turn.task_reward.float(), turn)
     entropy = -(turn.raw_logprobs * mask).sum() / mask.sum().clamp_min(1)
-    return {
+    per_round = {} if rounds == 1 else {
+        f"round_{r + 1}_{name}": float(x[r].mean()) for r in range(rounds)
+        for name, x in (("task_reward", tasks), ("kl", kl_turns))}
+    return {**per_round,
         "role": turn.role,
         "position": turn.position,
         "task_reward": float(task.mean()),

@@ -22,6 +22,7 @@ from torch import Tensor
 from cory_common.checks import check_fields, check_int, meta
 
 from ..llm.logits import full_kl
+from .credit import CREDITS, episodes_of, turns_of
 from .steps import clip_and_step, step_slices
 
 KL_PENALTIES = ("kl", "abs", "mse", "full")
@@ -100,6 +101,8 @@ class PPOConfig:
     vf_coef: float = field(default=0.1, metadata=meta("value-loss weight"))
     gamma: float = field(default=1.0, metadata=meta("discount"))
     lam: float = field(default=0.95, metadata=meta("GAE lambda"))
+    credit: str = field(default="episode", metadata=meta(
+        "rounds > 1: GAE across an agent's turns (episode) or each turn alone (turn)"))
     kl: KLConfig = field(default_factory=KLConfig)
     whiten_advantages: bool = field(default=True, metadata=meta("whiten advantages"))
     use_score_scaling: bool = field(default=False, metadata=meta("divide scores by their std"))
@@ -156,8 +159,8 @@ class PPOConfig:
         if not isinstance(self.kl, KLConfig):
             raise bad("kl", "must be a KLConfig")
         self.kl.validate()
-        for name, allowed in (("loss_agg", LOSS_AGGS),
-                              ("old_logprobs", OLD_LOGPROBS)):
+        for name, allowed in (("loss_agg", LOSS_AGGS), ("old_logprobs", OLD_LOGPROBS),
+                              ("credit", CREDITS)):
             if getattr(self, name) not in allowed:
                 raise bad(name, f"must be one of {allowed}")
         if self.batch_size % self.backward_batch_size:
@@ -261,17 +264,16 @@ def kl_loss_term(logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor, estimator
 @torch.no_grad()
 def gae(rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: float
         ) -> tuple[Tensor, Tensor]:
-    """Generalised advantage estimation over T with V_T = 0; returns (advantages, returns)."""
-    zero = torch.zeros_like(values)
-    rewards = torch.where(mask > 0, rewards, zero)
-    values = torch.where(mask > 0, values, zero)
-    T = rewards.shape[1]
+    """Generalised advantage estimation over T with V_T = 0, stepping over masked columns (the
+    next valid value bootstraps across a gap); returns (advantages, returns)."""
+    valid, zero = mask > 0, torch.zeros_like(values)
+    rewards, values = torch.where(valid, rewards, zero), torch.where(valid, values, zero)
     advantages = torch.zeros_like(rewards)
-    last_adv = torch.zeros_like(rewards[:, 0])
-    for t in reversed(range(T)):
-        next_value = values[:, t + 1] if t + 1 < T else torch.zeros_like(last_adv)
+    last_adv, next_value = torch.zeros_like(rewards[:, 0]), torch.zeros_like(rewards[:, 0])
+    for t in reversed(range(rewards.shape[1])):
         delta = rewards[:, t] + gamma * next_value - values[:, t]
-        last_adv = delta + gamma * lam * last_adv
+        last_adv = torch.where(valid[:, t], delta + gamma * lam * last_adv, last_adv)
+        next_value = torch.where(valid[:, t], values[:, t], next_value)
         advantages[:, t] = last_adv
     returns = advantages + values
     return advantages * mask, returns * mask
@@ -327,6 +329,7 @@ class PPOBatch:
     advantages: Tensor | None = None  # (B, T), set by prepare_advantages
     returns: Tensor | None = None  # (B, T), set by prepare_advantages
     scores: Tensor | None = None  # (B,) the shaped sequence scores inside `rewards`
+    rounds: int = 1  # rows are `rounds` blocks of one agent's turns (round-major)
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -334,23 +337,25 @@ class PPOBatch:
     def index(self, idx: Tensor | slice) -> PPOBatch:
         """Rows idx of every tensor (a minibatch)."""
         def take(t: Tensor | None) -> Tensor | None:
-            if t is None:
-                return None
+            if not torch.is_tensor(t):
+                return t
             return t[idx.to(t.device) if isinstance(idx, Tensor) else idx]
 
         return PPOBatch(**{f.name: take(getattr(self, f.name)) for f in fields(self)})
 
     def to(self, device: torch.device | str) -> PPOBatch:
         """A copy on device."""
-        return PPOBatch(**{f.name: None if getattr(self, f.name) is None
-                           else getattr(self, f.name).to(device) for f in fields(self)})
+        return PPOBatch(**{f.name: v.to(device) if torch.is_tensor(v) else v
+                           for f in fields(self) for v in [getattr(self, f.name)]})
 
 
 @torch.no_grad()
 def prepare_advantages(batch: PPOBatch, cfg: PPOConfig) -> PPOBatch:
-    """Fill batch.advantages / batch.returns by GAE (whitened if cfg says so); returns batch."""
-    mask = batch.response_mask
-    adv, ret = gae(batch.rewards.float(), batch.old_values.float(), mask, cfg.gamma, cfg.lam)
+    """Fill batch.advantages / batch.returns by GAE (whitened if cfg says so), across an
+    agent's turns when `cfg.credit` says so (`agents.learners.credit`); returns batch."""
+    mask, r = batch.response_mask, batch.rounds if cfg.credit == "episode" else 1
+    adv, ret = (turns_of(x, r) for x in gae(episodes_of(batch.rewards.float(), r), episodes_of(
+        batch.old_values.float(), r), episodes_of(mask, r), cfg.gamma, cfg.lam))
     if cfg.whiten_advantages:
         adv = masked_whiten(adv, mask)
     batch.advantages, batch.returns = adv, ret

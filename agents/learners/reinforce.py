@@ -18,6 +18,7 @@ import torch
 
 from .base import Learner, norm_groups, register_learner
 from .cory import CORY
+from .credit import episode_returns
 
 
 @register_learner("reinforce", structure=CORY)
@@ -31,7 +32,8 @@ class Reinforce(Learner):
     def update(self, turns, iteration):
         """One clipped policy-gradient update per agent from sequence-level advantages."""
         batches = {a: self.agents[a].batch(t) for a, t in turns.items()}  # -beta*KL + score
-        returns = {a: (b.rewards * b.response_mask).sum(1) for a, b in batches.items()}
+        returns = {a: episode_returns((b.rewards * b.response_mask).sum(1), self.rounds(b))
+                   for a, b in batches.items()}
         # the baseline's statistics: the global batch (every rank), per agent or over both
         gathered = {a: self.comm.gather(r) for a, r in returns.items()}
         pools = {}

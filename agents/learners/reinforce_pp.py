@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from .base import register_learner, whiten_agents
+from .credit import episodes_of, turns_of
 from .group import GroupLearner
 from .ppo import gae
 from .structure import SINGLE
@@ -31,8 +32,10 @@ class ReinforcePP(GroupLearner):
         cfg = self.cfg.ppo
         batches = {a: self.agents[a].batch(t) for a, t in turns.items()}
         for b in batches.values():  # values 0 and lambda 1: GAE is the discounted reward-to-go
-            _, b.returns = gae(b.rewards.float(), torch.zeros_like(b.rewards), b.response_mask,
-                               cfg.gamma, 1.0)
+            r = self.rounds(b)
+            _, returns = gae(episodes_of(b.rewards.float(), r), episodes_of(
+                torch.zeros_like(b.rewards), r), episodes_of(b.response_mask, r), cfg.gamma, 1.0)
+            b.returns = turns_of(returns, r)
         white = whiten_agents({a: b.returns for a, b in batches.items()},
                               {a: b.response_mask for a, b in batches.items()},
                               self.cfg.per_agent_norm, gather=self.comm.gather)

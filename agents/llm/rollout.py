@@ -1,7 +1,8 @@
 """Roll LLM policies through the batched CORY env and record each agent's turn as tensors.
 
 One rollout = B episodes: the pioneer's turn (KV-cached decoding, one forward per token), then
-the observer's turn on the prompts the env built from the pioneer's tokens. The log-prob, value
+the observer's turn on the prompts the env built from the pioneer's tokens (with rounds, the
+chain again, R times; an agent's R turns are stacked as R blocks of B rows). The log-prob, value
 and raw log-softmax of every token come from the same forward pass that sampled it; the
 reference model runs once per turn as one batched pass, giving the exact per-token KL. Where
 decoding's numerics differ from a full pass (a 4-bit base, mixed precision), the policy's
@@ -27,7 +28,8 @@ CHUNK = 32  # rows of one reference (and, where needed, full) pass
 
 @dataclass
 class Turn:
-    """One agent's finished turn over a batch; per-token tensors are (B, T)."""
+    """One agent's finished turn over a batch; per-token tensors are (B, T). With rounds,
+    the agent's turns of every round stacked: (rounds * B, T), round-major."""
 
     agent: str
     role: str
@@ -47,6 +49,7 @@ class Turn:
     pool_size: int = 0  # how many queries the split holds
     position: int = 0  # the agent's place in the chain this rollout (0: the pioneer)
     prompt_cut: torch.Tensor | None = None  # (B,) prompt tokens cut on the left to fit
+    rounds: int = 1  # how many of the agent's turns are stacked (row blocks of B)
 
     @property
     def groups(self) -> int:
@@ -84,10 +87,10 @@ def play_turn(env: BatchedCoryEnv, policy, sampling=None,
     answers (`share=False`: one pass per row). `forced` (B, T) token ids are played instead,
     with no model pass (and no steps returned).
     """
-    agent = env.agent_selection
+    turn = env.turn_index
     if forced is not None:
         t = 0
-        while not env.finished and env.agent_selection == agent:
+        while not env.finished and env.turn_index == turn:
             env.step(forced[:, t])
             t += 1
         return []
@@ -100,7 +103,7 @@ def play_turn(env: BatchedCoryEnv, policy, sampling=None,
         nonlocal obs
         active = obs["active"].to(device)
         obs, *_ = env.step(token)
-        return None if env.finished or env.agent_selection != agent else active
+        return None if env.finished or env.turn_index != turn else active
 
     return decode(policy, ids[::G, :P], mask[::G, :P], T, play, sampling, generator, repeat=G)
 
@@ -129,17 +132,35 @@ def rollout(env: BatchedCoryEnv, policies: Mapping[str, object], sampling=None,
     """Play one batch of episodes; return each agent's Turn (keys: env.agents)."""
     env.reset(seed=seed, options=reset_options)
     T = env.max_new_tokens
-    partial = {}
+    partial: dict[str, list[dict]] = {}
     while not env.finished:
         agent, role = env.agent_selection, env.role
         policy = policies[agent]
         steps = play_turn(env, policy, sampling, generator)
         # Finish the turn's tensors now, so its (B, V) log-softmaxes are freed before the next turn.
-        partial[agent] = _turn_tensors(env, agent, role, steps, policy, T, sampling)
+        partial.setdefault(agent, []).append(
+            _turn_tensors(env, agent, role, steps, policy, T, sampling))
         del steps
     infos = env.infos()
-    return {agent: _with_rewards(parts, env.reward(agent), infos[agent])
-            for agent, parts in partial.items()}
+    out = {}
+    for agent, parts in partial.items():
+        if len(parts) == 1:
+            out[agent] = _with_rewards(parts[0], env.reward(agent), infos[agent])
+            continue
+        paid, task = env.turn_rewards(agent)
+        texts = [t for j in env.episodes.turns_of(env.agents.index(agent))
+                 for t in env.episodes.texts[j]]
+        device = parts[0]["values"].device
+        out[agent] = Turn(**stack_turns(parts), task_reward=task.flatten().to(device),
+                          reward=paid.flatten().to(device), texts=texts, rounds=len(parts))
+    return out
+
+
+def stack_turns(parts: list[dict]) -> dict:
+    """One agent's turns of every round as one batch: tensors concatenated along the rows
+    (round-major), the rest from the first turn."""
+    return {k: torch.cat([p[k] for p in parts]) if torch.is_tensor(v) else v
+            for k, v in parts[0].items()}
 
 
 @torch.inference_mode()

@@ -41,6 +41,8 @@ class TrainConfig(LearnerConfig):
         "HF name or local folder; none: the offline task's reference LM"))
     n_agents: int | None = field(default=None, metadata=meta(
         "K agents in the chain (none: the method's default, 2; 1 for ppo)"))
+    rounds: int = field(default=1, metadata=meta(
+        "R rounds: the chain repeats R times, each agent answering once per round"))
     models: dict[str, str] = field(default_factory=dict, metadata=meta(
         "a model per agent, e.g. llm_1=path/to/other (one tokenizer for all; in Python also a "
         "list, entry i for llm_i)"))
@@ -176,6 +178,10 @@ class TrainConfig(LearnerConfig):
         if self.batch_size % group:
             raise ValueError(f"batch_size={self.batch_size} must be divisible by the group size "
                              f"{group} (answers per query of {self.method!r}; set group_size)")
+        check_int("rounds", self.rounds, 1)
+        if self.rounds > 1 and not method.algorithm.takes_rounds:
+            raise ValueError(f"{self.method!r} cannot train on rounds={self.rounds} (its "
+                             f"{method.algorithm.name} learner reads one round); use rounds=1")
         if self.load_in_4bit and self.lora is None:
             raise ValueError("load_in_4bit=True needs LoRA (set lora)")
         check_mixed_precision(self.mixed_precision)

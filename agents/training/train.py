@@ -223,7 +223,7 @@ class Trainer:
                                         structure=self.method.structure, **extra)
         self.env = BatchedCoryEnv(batch_size=cfg.batch_size, task=task,
                                   tokenizer=tokenizer, max_new_tokens=cfg.max_new_tokens,
-                                  seed=cfg.seed, **self.learner.env_settings(),
+                                  rounds=cfg.rounds, seed=cfg.seed, **self.learner.env_settings(),
                                   **(env_options or {}))
         self.learner.attach(self.env)
         vocab = len(self.env.tokenizer)

@@ -23,8 +23,9 @@ import numpy as np
 
 from cory_common.plugins import check_not_builtin, load_entry_points
 
-QUERY, RESPONSE = "{query}", "{response}"
-_PLACEHOLDER = re.compile(r"(\{query\}|\{response(?:_\d+)?\})")
+QUERY, RESPONSE, STATE = "{query}", "{response}", "{state}"
+_PLACEHOLDER = re.compile(r"(\{query\}|\{state\}|\{response(?:_\d+)?\})")
+ROUND_REWARDS = ("final", "each")
 
 
 def response_slot(position: int) -> str:
@@ -58,7 +59,9 @@ class Template:
     Static pieces are tokenized once; the query and the responses are inserted as token ids,
     so earlier agents' tokens appear in a later agent's prompt exactly as generated.
     `{response}` is the previous agent's answer; in a chain of K agents `{response_j}` is the
-    answer of position j (1 = the pioneer).
+    answer of turn j (1 = the pioneer's first; with rounds, turns count on across rounds).
+    `{state}` is text the task writes for the turn from the transcript so far (`state_text`:
+    a game's board), tokenized per episode.
     """
 
     text: str
@@ -97,6 +100,12 @@ class Task(ABC):
     #: ("sentiment" or "arithmetic"): the model of a run that names none; None: a run must
     #: bring a model
     offline_model: str | None = None
+    #: with rounds > 1: "final" pays the last round's task rewards at the end, "each" pays
+    #: every round's at the end of that round
+    round_rewards: str = "final"
+    #: True: the agents' task rewards always sum to 0 (a two-player game), so the collective
+    #: reward pays nothing
+    zero_sum: bool = False
 
     def __init__(self) -> None:
         self._tokenizer = None
@@ -158,15 +167,47 @@ class Task(ABC):
         listed = "\n".join(response_slot(j) for j in range(1, position + 1))
         return self.observer_template.replace(RESPONSE, listed)
 
-    def templates(self, knowledge_transfer: bool, n_agents: int = 2) -> tuple[Template, ...]:
-        """The templates of the K = n_agents chain positions (pioneer first) for a
-        knowledge-transfer setting; without it every later position sees only the query."""
+    def round_template(self, turn: int, n_agents: int, knowledge_transfer: bool) -> str:
+        """The prompt of turn `turn` >= K (0-based over the episode: rounds after the first):
+        the observer template with the whole transcript so far listed, one answer per line
+        (without knowledge transfer, only the agent's own earlier answers)."""
+        seen = [j + 1 for j in range(turn)
+                if knowledge_transfer or j % n_agents == turn % n_agents]
+        return self.observer_template.replace(RESPONSE, "\n".join(map(response_slot, seen)))
+
+    def templates(self, knowledge_transfer: bool, n_agents: int = 2,
+                  rounds: int = 1) -> tuple[Template, ...]:
+        """The templates of every turn: the K = n_agents chain positions (pioneer first) for a
+        knowledge-transfer setting (without it every later position sees only the query),
+        then, with rounds > 1, `round_template` for each later turn."""
         if not knowledge_transfer:
             alone = self.observer_template_no_kt or self.pioneer_template
-            return (Template(self.pioneer_template),) + (Template(alone),) * (n_agents - 1)
-        later = [self.observer_template if k == 1 else self.chain_template(k)
-                 for k in range(1, n_agents)]
-        return tuple(Template(t) for t in [self.pioneer_template, *later])
+            first = [self.pioneer_template] + [alone] * (n_agents - 1)
+        else:
+            first = [self.pioneer_template] + [self.observer_template if k == 1 else
+                                               self.chain_template(k) for k in range(1, n_agents)]
+        later = [self.round_template(j, n_agents, knowledge_transfer)
+                 for j in range(n_agents, n_agents * rounds)]
+        return tuple(Template(t) for t in [*first, *later])
+
+    def state_text(self, query: Query, answers: Sequence[str], turn: int) -> str:
+        """The `{state}` text of a turn, from the query and the earlier turns' answers (only
+        tasks whose templates use `{state}` need it)."""
+        raise NotImplementedError(f"task {self.name!r} uses {{state}} but has no state_text")
+
+    def round_scores(self, queries: Sequence[Query], answers: Sequence[Sequence[str]],
+                     n_agents: int, last: bool) -> np.ndarray | None:
+        """The (K, B) task rewards at the end of a round, where `answers[j][i]` is turn j's
+        answer in episode i (the round's turns are the last K; `last`: the episode ends), or
+        None (the default): each of the round's answers scored by `reward`. A game reads the
+        whole transcript."""
+        return None
+
+    def game_over(self, queries: Sequence[Query], answers: Sequence[Sequence[str]]
+                  ) -> np.ndarray | None:
+        """Which episodes have ended early after the latest turn ((B,) bools; None: never,
+        the default): a game won."""
+        return None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"

@@ -1,0 +1,86 @@
+"""Exercise 6 (solution): a two-player game played by two functions, then one side trained.
+
+Run: python -m examples.exercises.ex6_game     (SmolLM2-135M plays; a few minutes on a CPU)
+
+First two rules play TicTacToe against each other in the text env (`task="game"`, five
+rounds: one move per turn, the game's own outcome as the reward): `first` plays the first move
+the board lists, `centre` the centre when it is free, else a free corner, else the first. Then
+one side is a model: it plays the game's player 0 against the `first` rule (the task option
+`opponent="first"`: one agent, each of its moves answered by the rule) and is trained with PPO
+for a few iterations; its mean outcome per iteration is printed. TicTacToe has no chance, so
+two rules play the same game from every seed; a model samples, so its games differ.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import cory_env
+from agents.learners.ppo import KLConfig, PPOConfig
+from agents.training.config import TrainConfig
+from agents.training.train import Trainer
+from cory_env.tasks.games import listed_moves
+
+
+def first(prompt: str) -> str:
+    """The first move the board lists as available."""
+    moves = listed_moves(prompt)
+    return moves[0] if moves else "[0]"
+
+
+def centre(prompt: str) -> str:
+    """The centre when it is free, else a free corner, else the first listed move."""
+    moves = listed_moves(prompt)
+    for best in ("[4]", "[0]", "[2]", "[6]", "[8]"):
+        if best in moves:
+            return best
+    return first(prompt)
+
+
+def play(pioneer, observer, games: int) -> dict[str, float]:
+    """Play `games` seeded TicTacToe games, pioneer as player 0; each side's mean outcome."""
+    env = cory_env.text_env(task="game", rounds=5, reward_mode="individual")
+    players = {"llm_0": pioneer, "llm_1": observer}
+    totals = {"llm_0": 0.0, "llm_1": 0.0}
+    for seed in range(games):
+        env.reset(seed=seed)
+        for agent in env.agent_iter():
+            prompt, reward, term, trunc, _ = env.last()
+            if term or trunc:
+                totals[agent] += reward
+                env.step(None)
+                continue
+            env.step(players[agent](prompt))
+    return {agent: total / games for agent, total in totals.items()}
+
+
+def train(model: str, iterations: int, batch: int, seed: int = 0) -> list[float]:
+    """PPO for player 0 against the `first` rule; the mean outcome of each iteration."""
+    ppo = PPOConfig(batch_size=batch, mini_batch_size=batch, lr=1e-5, kl=KLConfig(beta=0.05))
+    cfg = TrainConfig(task="game", task_options={"opponent": "first"}, method="ppo",
+                      model=model, rounds=5, max_new_tokens=4, iterations=iterations,
+                      batch_size=batch, seed=seed, ppo=ppo)
+    return [m["llm_0"]["task_reward"] for m in Trainer(cfg).run()]
+
+
+def main(argv=None) -> dict:
+    """Rules against rules, then a model trained against a rule; print and return both."""
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--games", type=int, default=20)
+    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--iterations", type=int, default=6)
+    p.add_argument("--batch", type=int, default=16)
+    args = p.parse_args(argv)
+    rules = {"first -> first": (first, first), "centre -> first": (centre, first),
+             "first -> centre": (first, centre)}
+    results = {name: play(a, b, args.games) for name, (a, b) in rules.items()}
+    for name, outcome in results.items():
+        print(f"{name:16s} player 0 {outcome['llm_0']:+.2f}  player 1 {outcome['llm_1']:+.2f}")
+    curve = train(args.model, args.iterations, args.batch)
+    print("model (player 0) against `first`, mean outcome per iteration:",
+          " ".join(f"{x:+.2f}" for x in curve))
+    return {"rules": results, "trained": curve}
+
+
+if __name__ == "__main__":
+    main()

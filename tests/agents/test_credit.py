@@ -1,0 +1,135 @@
+"""Rounds in the learners: an agent's turns stacked, GAE across them, credit that learns."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from helpers import ToyTask
+
+import cory_env
+from agents.learners.credit import episode_returns, episodes_of, turns_of
+from agents.learners.mappo import episode_order, joint_sequence, view
+from agents.learners.ppo import KLConfig, PPOConfig, gae
+from agents.llm.rollout import rollout
+from agents.training.config import TrainConfig
+from agents.training.train import Trainer
+
+
+class FirstWordCounts(ToyTask):
+    """Two rounds; paid only at the end, the toy score of what was said in round 1."""
+
+    name = "first-word-counts"
+
+    def round_scores(self, queries, answers, n_agents, last):
+        scores = self.reward(queries, answers[0]) if last else np.zeros(len(queries))
+        return np.tile(scores, (n_agents, 1))
+
+
+cory_env.register_task("first-word-counts", FirstWordCounts)
+cory_env.register_task("toy", ToyTask)
+
+
+def config(toy_lm, method="ppo", **kw):
+    ppo = PPOConfig(batch_size=16, mini_batch_size=8, lr=3e-3, kl=KLConfig(beta=0.05),
+                    credit=kw.pop("credit", "episode"))
+    return TrainConfig(task=kw.pop("task", "first-word-counts"), method=method, model=toy_lm,
+                       batch_size=16, ppo=ppo, iterations=kw.pop("iterations", 2), **kw)
+
+
+def test_gae_steps_over_gaps_and_equals_the_plain_recursion_on_a_prefix():
+    """One trajectory with a gap: the value after the gap bootstraps the token before it."""
+    r = torch.tensor([[0.0, 1.0, 0.0, 0.0, 2.0]])
+    v = torch.tensor([[0.5, 0.2, 9.0, 9.0, 0.4]])
+    m = torch.tensor([[1.0, 1.0, 0.0, 0.0, 1.0]])
+    adv, ret = gae(r, v, m, gamma=0.9, lam=0.8)
+    d4 = 2.0 - 0.4
+    d1 = 1.0 + 0.9 * 0.4 - 0.2
+    a1 = d1 + 0.9 * 0.8 * d4
+    d0 = 0.0 + 0.9 * 0.2 - 0.5
+    expect = torch.tensor([[d0 + 0.72 * a1, a1, 0.0, 0.0, d4]])
+    assert torch.allclose(adv, expect) and torch.allclose(ret, (expect + v) * m)
+    dense = gae(r[:, [0, 1, 4]], v[:, [0, 1, 4]], torch.ones(1, 3), 0.9, 0.8)[0]
+    assert torch.allclose(dense, adv[:, [0, 1, 4]])
+
+
+def test_turns_of_an_episode_are_laid_end_to_end_and_back():
+    x = torch.arange(24.0).view(6, 4)  # 3 rounds x 2 episodes, round-major
+    joined = episodes_of(x, 3)
+    assert joined.shape == (2, 12) and torch.equal(joined[1, :4], x[1])
+    assert torch.equal(joined[1, 4:8], x[3]) and torch.equal(turns_of(joined, 3), x)
+    assert torch.equal(episode_returns(torch.tensor([1.0, 2, 3, 4, 5, 6]), 3),
+                       torch.tensor([9.0, 12, 9, 12, 9, 12]))
+
+
+def test_a_rollout_stacks_each_agents_turns_round_major(toy_lm):
+    trainer = Trainer(config(toy_lm, "cory", task="toy", rounds=3))
+    env = trainer.env
+    turns = rollout(env, trainer.learner.policies, trainer.cfg.sampling,
+                    torch.Generator().manual_seed(0))
+    ep = env.episodes
+    for position, agent in enumerate(env.agents):
+        turn = turns[agent]
+        assert turn.rounds == 3 and turn.input_ids.shape[0] == 3 * 16
+        for r in range(3):
+            j = r * 2 + position
+            assert torch.equal(turn.input_ids[r * 16:(r + 1) * 16], torch.as_tensor(ep.ids[j]))
+            assert turn.texts[r * 16:(r + 1) * 16] == ep.texts[j]
+        # toy rewards are paid on the last round only, collectively
+        assert torch.equal(turn.reward[:32], torch.zeros(32))
+        assert torch.allclose(turn.reward[32:], torch.as_tensor(ep.task_rewards.sum(0)).float())
+    metrics = trainer.learner.metrics(turns, {})
+    for agent, turn in turns.items():
+        m = metrics[agent]
+        assert m["task_reward"] == pytest.approx(float(turn.task_reward[32:].mean()))
+        assert m["kl"] == pytest.approx(float(turn.full_kl.sum(1).view(3, -1).sum(0).mean()))
+        assert {f"round_{r}_{k}" for r in (1, 2, 3) for k in ("task_reward", "kl")} <= set(m)
+
+
+@pytest.mark.parametrize("method", ["cory-grpo", "cory-reinforce-pp", "reinforce"])
+def test_the_group_and_critic_free_learners_train_on_rounds(toy_lm, method):
+    trainer = Trainer(config(toy_lm, method, task="toy", rounds=2, group_size=4
+                             if "grpo" in method else None))
+    metrics = list(trainer.run())
+    assert all(np.isfinite(m["llm_0"]["round_2_task_reward"]) for m in metrics)
+
+
+def test_credit_across_turns_learns_what_per_turn_credit_cannot(toy_lm):
+    """Paid at the end for what round 1 said: GAE across the agent's two turns carries the
+    reward back to round 1's tokens and the score rises; with each turn alone round 1 is
+    never paid and it does not."""
+    curves = {}
+    for credit in ("episode", "turn"):
+        trainer = Trainer(config(toy_lm, credit=credit, iterations=12, seed=1, rounds=2))
+        curves[credit] = [m["llm_0"]["task_reward"] for m in trainer.run()]
+    across, alone = curves["episode"], curves["turn"]
+    assert across[0] == alone[0]  # the same first rollout
+    gain = {k: sum(c[-3:]) / 3 - sum(c[:3]) / 3 for k, c in curves.items()}
+    assert gain["episode"] > 1.5 and gain["turn"] < 0.5, curves
+
+
+@pytest.mark.parametrize("method", ["mappo", "mappo/independent"])
+def test_mappo_reads_every_rounds_transcript_and_trains(toy_lm, method):
+    trainer = Trainer(config(toy_lm, method, task="toy", rounds=2))
+    turns = rollout(trainer.env, trainer.learner.policies, trainer.cfg.sampling,
+                    torch.Generator().manual_seed(0))
+    chain = sorted(turns.values(), key=lambda t: t.position)
+    order = episode_order(chain)
+    assert [(t.agent, r.start) for t, r in order] == [
+        (chain[0].agent, 0), (chain[1].agent, 0), (chain[0].agent, 16), (chain[1].agent, 16)]
+    ids, _, rmask, _ = joint_sequence(*(view(t, r) for t, r in order))
+    T = chain[0].response_mask.shape[1]
+    assert rmask.shape == (16, 4 * T) and ids.shape[1] == chain[0].input_ids.shape[1] + 3 * T
+    stats = trainer.learner.update(turns, 0)
+    assert all(np.isfinite(s["critic_value_loss"]) for s in stats.values())
+
+
+def test_a_learner_that_reads_one_round_is_refused_rounds_by_name(toy_lm, monkeypatch):
+    from agents.learners.ippo import IPPO
+
+    monkeypatch.setattr(IPPO, "takes_rounds", False)
+    with pytest.raises(ValueError, match="'cory' cannot train on rounds=3 .*use rounds=1"):
+        config(toy_lm, "cory", task="toy", rounds=3).validate()
+    config(toy_lm, "cory", task="toy", rounds=1).validate()
+    with pytest.raises(ValueError, match="PPOConfig.credit must be one of"):
+        PPOConfig(credit="round")
