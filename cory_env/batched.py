@@ -125,10 +125,10 @@ class BatchedCoryEnv(QuerySource):
             }
         return out
 
-    def turn(self, agent: str) -> dict:
-        """The agent's latest finished turn: prompt+response ids (B,L), mask, and
-        response_mask (B,T)."""
-        slot = self.episodes.last_turn(self._slot(agent, "turn"))
+    def turn(self, agent: str, number: int | None = None) -> dict:
+        """The agent's latest finished turn (or turn `number` of the episode): prompt+response
+        ids (B,L), mask, and response_mask (B,T)."""
+        slot = self.episodes.last_turn(self._slot(agent, "turn")) if number is None else number
         if slot is None:
             raise RuntimeError(f"{agent}'s turn is not over yet")
         ep = self.episodes

@@ -226,7 +226,12 @@ class Episodes:
         return j - self.n_agents if j >= self.n_agents else None
 
     def turns_of(self, position: int) -> list[int]:
-        """The turns the agent at `position` has played (finished) so far."""
+        """The turns of the agent at `position` that are over: those it finished so far, and
+        once the episodes are over, one in every round played (a turn the end came before
+        holds its prompt and no answer)."""
+        if self.finished:
+            return list(range(position, self.turn // self.n_agents * self.n_agents + position + 1,
+                              self.n_agents))
         last = self.last_turn(position)
         return [] if last is None else list(range(position, last + 1, self.n_agents))
 
@@ -268,7 +273,14 @@ class Episodes:
         self._begin_turn(PIONEER)
 
     def _begin_turn(self, turn: int) -> None:
-        # the answers of the turns before `turn`; EOS is not copied over
+        self._render(turn)
+        self.turn, self.t = turn, 0
+        self.turn_done[:] = self.ended  # an episode already over writes nothing
+        left = None if self.budget is None else self.budget - self.acted[self.position(turn)]
+        self.turn_cap = self.cap if left is None else min(self.cap, int(left))
+
+    def _render(self, turn: int) -> None:
+        """Write a turn's prompts from the answers of the turns before it (EOS not copied)."""
         answers = [(self.ids[j, :, self.P:], self.resp_len[j] - self.hit_eos[j])
                    for j in range(turn)]
         renderer = self.renderers[turn]
@@ -276,10 +288,6 @@ class Episodes:
                                              self._state(turn) if renderer.has_state else None)
         self.ids[turn, :, : self.P], self.mask[turn, :, : self.P] = ids, mask
         self.dropped[turn] = dropped
-        self.turn, self.t = turn, 0
-        self.turn_done[:] = self.ended  # an episode already over writes nothing
-        left = None if self.budget is None else self.budget - self.acted[self.position(turn)]
-        self.turn_cap = self.cap if left is None else min(self.cap, int(left))
 
     def _state(self, turn: int):
         """The task's `{state}` text of every episode for a turn, as (ids, lengths)."""
@@ -336,6 +344,10 @@ class Episodes:
             self.acted[self.position(nxt)] >= self.budget
         done = nxt >= self.n_turns or bool(self.ended.all()) or spent
         self.truncated = spent
+        if done:  # the rest of the round: its prompts, no answers
+            for j in range(nxt, min(self.n_turns, (turn // self.n_agents + 1) * self.n_agents)):
+                self.texts[j] = [""] * self.batch
+                self._render(j)
         if done or position == self.n_agents - 1:
             self._score(turn // self.n_agents, turn + 1, last=done)
         if done:
@@ -387,9 +399,7 @@ class Episodes:
                                                   texts).reshape(played - first, self.batch)
         else:
             scores = check_rows(self.task, "round_scores", scores, self.batch, k)
-        self.turn_task[first:played] = scores[:played - first]
-        for position in range(played - first, k):  # a last round cut short: their latest turn
-            self.turn_task[self.credit[position], np.arange(self.batch)] = scores[position]
+        self.turn_task[first:first + k] = scores[:min(k, len(self.turn_task) - first)]
         self.task_rewards, self.scored = scores, played
         if last or self.task.round_rewards == "each":
             paid = (np.broadcast_to(scores.sum(0), scores.shape) if self.reward_mode ==

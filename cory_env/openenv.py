@@ -156,6 +156,7 @@ def main(argv=None) -> None:
     p.add_argument("--policy", action="append", default=[], metavar="ROLE=SPEC",
                    help="a str -> str function for a hosted role, e.g. pioneer=mymod:answer")
     p.add_argument("--n-agents", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=1, help="rounds: each agent answers R times")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--max-connections", type=int, default=8, help="client connections at once")
@@ -165,7 +166,7 @@ def main(argv=None) -> None:
     try:
         policies = parse_policies(args.policy, role_names(args.n_agents))
         server = app(args.role, policies, args.max_connections, args.idle_timeout,
-                     task=args.task, n_agents=args.n_agents)
+                     task=args.task, n_agents=args.n_agents, rounds=args.rounds)
     except ValueError as err:
         p.error(str(err))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")

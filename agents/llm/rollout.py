@@ -142,6 +142,10 @@ def rollout(env: BatchedCoryEnv, policies: Mapping[str, object], sampling=None,
             _turn_tensors(env, agent, role, steps, policy, T, sampling))
         del steps
     infos = env.infos()
+    for position, agent in enumerate(env.agents):  # turns no episode reached: nothing said
+        parts = partial.setdefault(agent, [])
+        for j in env.episodes.turns_of(position)[len(parts):]:
+            parts.append(_silent_turn(env, agent, j, policies[agent].device))
     out = {}
     for agent, parts in partial.items():
         if len(parts) == 1:
@@ -149,7 +153,7 @@ def rollout(env: BatchedCoryEnv, policies: Mapping[str, object], sampling=None,
             continue
         paid, task = env.turn_rewards(agent)
         texts = [t for j in env.episodes.turns_of(env.agents.index(agent))
-                 for t in env.episodes.texts[j]]
+                 for t in env.episodes.texts[j] or [""] * env.episodes.batch]
         device = parts[0]["values"].device
         out[agent] = Turn(**stack_turns(parts), task_reward=task.flatten().to(device),
                           reward=paid.flatten().to(device), texts=texts, rounds=len(parts))
@@ -211,8 +215,24 @@ def summed_kl(policy, ids, mask, response_mask, T: int, sampling) -> torch.Tenso
 def _with_rewards(parts: dict, reward, info) -> Turn:
     """The Turn of a finished turn's tensors plus the rewards and texts known at the end."""
     device = parts["values"].device
+    texts = info["response"] or [""] * len(reward)  # none: no episode reached the turn
     return Turn(**parts, task_reward=info["task_reward"].to(device), reward=reward.to(device),
-                texts=list(info["response"]))
+                texts=list(texts))
+
+
+def _silent_turn(env, agent: str, number: int, device) -> dict:
+    """The tensors of a turn in which no episode said anything (all were over before it): its
+    rows as the env kept them, every per-token tensor 0."""
+    seq = env.turn(agent, number)
+    zeros = torch.zeros(seq["response_mask"].shape, device=device)
+    ep = env.episodes
+    return dict(agent=agent, role=ep.roles[ep.position(number)],
+                input_ids=seq["input_ids"].to(device),
+                attention_mask=seq["attention_mask"].to(device),
+                query_index=seq["query_index"].to(device), group_size=seq["group_size"],
+                pool_size=seq["pool_size"], position=ep.position(number),
+                prompt_cut=seq.get("prompt_cut"), response_mask=zeros, logprobs=zeros,
+                raw_logprobs=zeros, values=zeros, ref_logprobs=zeros, full_kl=zeros)
 
 
 def _turn_tensors(env, agent, role, steps, policy, T, sampling=None) -> dict:

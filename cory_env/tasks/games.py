@@ -11,6 +11,9 @@ game's rules and board) and, after its first move, what it has been shown since 
 (the opponent's move and the new board). The answer is sent to the game as the move (TextArena
 reads the bracketed move in it, `[4]`).
 
+One agent alone without an opponent (as the benchmark evaluates each model alone) makes the
+opening move of a game and is paid its outcome so far: -1 when the move is invalid, else 0.
+
 One side can be a fixed player instead of a model: `opponent=` names a rule ("first": the
 first move the game lists as available, "last": the last) or, in Python, is any function from
 the player's observation text to a move. Then the env has one agent (`n_agents=1`), the game's

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from helpers import write_tiny_gemma3_gguf, write_tiny_gguf
@@ -183,3 +184,26 @@ def test_alone_answers_are_scored_in_length_order_with_the_rollouts_numbers(tiny
     np.testing.assert_allclose(kls, batch_kls, rtol=0.05, atol=0.02)
     again, none = answer_alone(env, policy, sampling, gen(), queries, kl=False)
     assert none is None and np.array_equal(again, rewards)
+
+
+@pytest.mark.slow
+def test_the_benchmark_trains_a_two_player_game_over_rounds(tiny_gguf, tmp_path):
+    """ippo, cory and cory-individual on TicTacToe (5 rounds), each side's own outcome."""
+    from benchmarks.run import main
+
+    out = tmp_path / "run"
+    with pytest.warns(UserWarning, match="zero-sum"):  # cory's collective reward pays 0
+        main(["--model", tiny_gguf, "--tasks", "game", "--methods", "ippo,cory,cory-individual",
+              "--rounds", "5", "--quick", "--iterations", "2", "--batch-size", "4",
+              "--max-new-tokens", "4", "--out", str(out), "--no-progress"])
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    games = {r["method"]: r for r in rows if r.get("role") == "pioneer"}
+    assert set(games) == {"ippo", "cory", "cory-individual"}
+    # a random tiny model's answers are no moves: each game is lost on the pioneer's first
+    # move, so the episodes end after one turn; the observer said nothing and won
+    assert all(r["task_reward"] == -1 and np.isfinite(r["loss"]) for r in games.values())
+    observers = [r for r in rows if r.get("role") == "observer"]
+    assert len(observers) == 6 and all(r["task_reward"] == 1 and r["loss"] == 0
+                                       for r in observers)
+    assert all(r["collective_reward"] == 0 for r in rows if "collective_reward" in r)
+    assert "With 5 rounds the claims" in (out / "report.md").read_text()

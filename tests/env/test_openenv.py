@@ -143,3 +143,17 @@ def test_the_cli_refuses_a_bad_bound_before_serving(capsys):
     with pytest.raises(SystemExit):
         main(["--max-connections", "0"])
     assert "max_connections must be an int >= 1, got 0" in capsys.readouterr().err
+
+
+def test_with_rounds_the_client_answers_once_a_round_and_a_game_pays_its_outcome():
+    env = CoryOpenEnv(role="pioneer", task="course", rounds=3)
+    obs, answers = env.reset(seed=0), 0
+    while not obs.done:
+        obs = env.step(CoryAction(answer="red red"))
+        answers += 1
+    assert answers == 3
+    game = CoryOpenEnv(task="game", rounds=5, reward_mode="individual")
+    obs = game.reset(seed=0)
+    for move in ["[0]", "[4]", "[1]", "[8]", "[2]"]:  # player 0 takes the top row
+        obs = game.step(CoryAction(answer=move))
+    assert obs.done and obs.task_rewards == {"pioneer": 1.0, "observer": -1.0}

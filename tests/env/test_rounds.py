@@ -199,3 +199,26 @@ def test_one_side_can_be_a_rule_and_the_text_env_plays_games_in_words():
         make_task("game", opponent="best")
     with pytest.raises(ValueError, match="1 model player.*n_agents must be 1, got 2"):
         cory_env.env(task=make_task("game", opponent="first"), rounds=2)
+
+
+def test_a_batch_over_mid_round_gives_every_agent_the_same_rounds():
+    """Both games end on llm_0's invalid second move (turn 3 of 10): llm_1's turn of that
+    round was never reached, yet it holds its prompt, the outcome as its last round's task
+    reward, and the payment sits on the turn in which it last spoke."""
+    env = BatchedCoryEnv(batch_size=2, task="game", rounds=5, reward_mode="individual")
+    env.reset(seed=0)
+    tok = env.tokenizer
+    for move in ("[0]", "[4]", "no move"):
+        ids = tok.encode(move, add_special_tokens=False) + [tok.eos_token_id]
+        for t in ids:
+            if env.finished:
+                break
+            env.step(torch.tensor([t, t]))
+    ep = env.episodes
+    assert env.finished and ep.turn == 2
+    assert ep.turns_of(0) == [0, 2] and ep.turns_of(1) == [1, 3]
+    assert ep.mask[3].sum() > 0 and ep.resp_len[3].sum() == 0  # a prompt, no answer
+    paid, task = env.turn_rewards("llm_1")
+    assert paid.tolist() == [[1.0, 1.0], [0.0, 0.0]] and task.tolist() == [[0, 0], [1.0, 1.0]]
+    paid, task = env.turn_rewards("llm_0")
+    assert paid.tolist() == [[0, 0], [-1.0, -1.0]] and task[-1].tolist() == [-1.0, -1.0]

@@ -9,7 +9,14 @@ import torch
 from pettingzoo.test import api_test
 
 import cory_env
-from examples.exercises import ex1_text, ex2_learner, ex3_rewards, ex4_structure, ex5_task
+from examples.exercises import (
+    ex1_text,
+    ex2_learner,
+    ex3_rewards,
+    ex4_structure,
+    ex5_task,
+    ex6_game,
+)
 
 
 def test_ex1_string_policies_play_a_trained_model():
@@ -45,6 +52,17 @@ def test_ex4_structure_flags_change_roles_and_prompts():
     for history in out.values():  # the policies start as the reference, then move away
         assert history[0]["llm_1"]["kl"] == pytest.approx(0.0, abs=1e-6)
         assert history[-1]["llm_1"]["kl"] > 1e-4
+
+
+def test_ex6_rules_play_a_game_and_a_model_trains_against_one(tmp_path):
+    from helpers import write_tiny_gguf
+
+    out = ex6_game.main(["--games", "2", "--iterations", "2", "--batch", "4", "--model",
+                         write_tiny_gguf(tmp_path / "tiny.gguf")])
+    assert out["rules"]["first -> first"] == {"llm_0": 1.0, "llm_1": -1.0}
+    assert out["rules"]["first -> centre"] == {"llm_0": -1.0, "llm_1": 1.0}
+    assert len(out["trained"]) == 2 and all(-1 <= x <= 1 for x in out["trained"])
+    assert ex6_game.centre("Available Moves: '[0]', '[4]'") == "[4]"
 
 
 def test_ex5_new_task_follows_the_api_and_pays_as_documented():
