@@ -4,9 +4,11 @@
     python -m agents.play --task reasoning --episodes 6
     python -m agents.play --model path/to/folder_or.gguf --task sentiment
     python -m agents.play --task reasoning --alone 69 --samples 8   # the base model's score
+    python -m agents.play --task game --rounds 5             # two copies play TicTacToe
 
 One batch of episodes of the batched env with the model as both agents (untrained: the same
-weights), through the training rollout; nothing is trained or written.
+weights), through the training rollout; nothing is trained or written. With `--rounds R` each
+agent answers R times, and every turn is shown with its round.
 """
 
 from __future__ import annotations
@@ -33,21 +35,30 @@ STUDY = ("python -m benchmarks.run --model {model} --tasks {task} --methods ppo,
 
 
 def transcripts(model: str, task: str, episodes: int, max_new_tokens: int | None, seed: int,
-                mixed_precision: str | None = "bf16") -> list[dict]:
-    """One batch of episodes; per episode the query, both answers and both task rewards."""
+                mixed_precision: str | None = "bf16", rounds: int = 1,
+                task_options: dict | None = None) -> list[dict]:
+    """One batch of episodes; per episode the query, both answers and both task rewards (the
+    last round's), and with rounds every turn as (round, role, answer)."""
     folder = resolve_model(model)
     torch.manual_seed(seed)
     policy = LLMPolicy.from_pretrained(folder, mixed_precision=mixed_precision)
+    task = make_task(task, **(task_options or {}))
     env = BatchedCoryEnv(batch_size=episodes, task=task, tokenizer=folder, split="test",
-                         max_new_tokens=max_new_tokens, seed=seed)
+                         max_new_tokens=max_new_tokens, seed=seed, rounds=rounds,
+                         reward_mode="individual" if task.zero_sum else "collective")
     turns = rollout(env, {"llm_0": policy, "llm_1": policy},
                     generator=torch.Generator().manual_seed(seed))
     pioneer, observer = turns["llm_0"], turns["llm_1"]
     queries = env.task.queries("test")
-    return [{"query": queries[int(pioneer.query_index[i])].text,
-             "pioneer": pioneer.texts[i], "observer": observer.texts[i],
-             "pioneer_reward": float(pioneer.task_reward[i]),
-             "observer_reward": float(observer.task_reward[i])} for i in range(episodes)]
+    out = []
+    for i in range(episodes):
+        said = [(r + 1, t.role, t.texts[r * episodes + i]) for r in range(pioneer.rounds)
+                for t in (pioneer, observer) if r < t.rounds]
+        last = [float(t.task_reward[(t.rounds - 1) * episodes + i]) for t in (pioneer, observer)]
+        out.append({"query": queries[int(pioneer.query_index[i])].text,
+                    "pioneer": said[-2][2], "observer": said[-1][2],
+                    "pioneer_reward": last[0], "observer_reward": last[1], "turns": said})
+    return out
 
 
 def alone_score(model: str, task: str, n: int, samples: int, max_new_tokens: int | None,
@@ -78,6 +89,7 @@ def main(argv=None) -> int:
     p.add_argument("--episodes", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rounds", type=int, default=1, help="each agent answers R times")
     p.add_argument("--alone", type=int, default=0, metavar="N",
                    help="instead: score the first N held-out queries answered alone")
     p.add_argument("--samples", type=int, default=1, help="answers per query of --alone")
@@ -92,7 +104,7 @@ def main(argv=None) -> int:
         if args.task not in registered_tasks():
             raise ValueError(unknown_task(args.task))
         make_task(args.task, **args.task_options)  # its options, checked before loading
-        for name in ("episodes", "samples", "max_new_tokens"):
+        for name in ("episodes", "samples", "max_new_tokens", "rounds"):
             value = getattr(args, name)
             if value is not None and value < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be positive, got {value}")
@@ -111,8 +123,11 @@ def main(argv=None) -> int:
     if source:
         print(f"({source['note']})")
     for i, ep in enumerate(transcripts(args.model, args.task, args.episodes,
-                                       args.max_new_tokens, args.seed)):
+                                       args.max_new_tokens, args.seed, rounds=args.rounds,
+                                       task_options=args.task_options)):
         print(f"\n--- episode {i} ---\nquery:    {ep['query']!r}")
+        for rnd, role, said in ep["turns"][:-2]:  # earlier rounds: the answers alone
+            print(f"{role + ':':<9} {textwrap.shorten(repr(said), 110)}  (round {rnd})")
         for role in ("pioneer", "observer"):
             text = textwrap.shorten(repr(ep[role]), 110)
             print(f"{role + ':':<9} {text}  reward {ep[role + '_reward']:+.2f}")

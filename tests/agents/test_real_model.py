@@ -112,6 +112,10 @@ def test_play_shows_both_roles_and_scores_a_model_alone(tiny_gguf, capsys):
     assert "held-out reasoning queries x 2 samples: pass@1" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main(["--task", "reasoning", "--task-options", "dataset=nope"])
+    assert main(["--model", tiny_gguf, "--task", "reviews", "--episodes", "2", "--rounds", "2",
+                 "--max-new-tokens", "3"]) == 0
+    out = capsys.readouterr().out  # round 1's two answers, then round 2's with rewards
+    assert out.count("(round 1)") == 4 and out.count("reward") == 4
 
 
 @pytest.mark.parametrize("lora, precision", [(True, "bf16"), (False, None)])
