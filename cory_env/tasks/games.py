@@ -45,10 +45,7 @@ from cory_common.pretrained import load_tokenizer
 
 from .base import STATE, Query, Task, held_out, register_task
 from .library import SEEDS, TEST_SHARE
-from .textarena import check_textarena
-
-GAMES = ("TicTacToe-v0-raw", "ConnectFour-v0-raw", "Nim-v0-raw",
-         "IteratedRockPaperScissors-v0-raw", "IteratedMatchingPennies-v0-raw")
+from .textarena import TWO_PLAYER, check_textarena
 
 
 def listed_moves(text: str) -> list[str]:
@@ -125,10 +122,10 @@ class GameTask(Task):
                  tokenizer: str = "smollm2-135m", opponent: str | Callable | None = None):
         super().__init__()
         check_textarena()
-        if game not in GAMES:
+        if game not in TWO_PLAYER:
             raise ValueError(f"game: {game!r} is not a two-player TextArena game that runs "
                              f"offline and alternates its players move by move; use one of "
-                             f"{list(GAMES)}")
+                             f"{list(TWO_PLAYER)}")
         check_int("n_queries", n_queries, 1)
         if isinstance(opponent, str):
             if opponent not in OPPONENTS:

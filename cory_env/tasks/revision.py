@@ -3,7 +3,8 @@
     cory_env.env(task="revision", rounds=3)                  # on reviews
     cory_env.make_task("revision", base="reasoning", per_round=True)
 
-Round 1 is CORY on the `base` task (`reviews` by default, or `reasoning`): the pioneer answers
+Round 1 is CORY on the `base` task (`reviews` by default; `reasoning`, or any registered task
+but the games): the pioneer answers
 the query, the observer sees the pioneer's answer. In every later round each agent sees the
 query and the others' latest answers through the task's own observer template (with K = 2: the
 other agent's answer of the turn before) and answers again; without knowledge transfer, its
@@ -19,8 +20,6 @@ import numpy as np
 
 from .base import RESPONSE, Query, Task, make_task, register_task, response_slot
 
-BASES = ("reviews", "reasoning")
-
 
 @register_task("revision")
 class RevisionTask(Task):
@@ -30,8 +29,9 @@ class RevisionTask(Task):
 
     def __init__(self, base: str = "reviews", per_round: bool = False):
         super().__init__()
-        if base not in BASES:
-            raise ValueError(f"revision: base task {base!r} is not one of {list(BASES)}")
+        if base in ("revision", "game"):
+            raise ValueError(f"revision: base task {base!r} cannot be revised (a task whose "
+                             f"answers are revised, such as 'reviews' or 'reasoning')")
         self.base = make_task(base)
         self.round_rewards = "each" if per_round else "final"
         for name in ("pioneer_template", "observer_template", "observer_template_no_kt",

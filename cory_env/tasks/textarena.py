@@ -14,7 +14,8 @@ move format.
 Games that work offline are single-player and end after one move; in TextArena 0.7.4 that is
 ThreeCardMonte (track a ball under shuffled cups). Its multi-turn games (Sudoku, Mastermind,
 2048, ...) are refused, and its word games (Wordle, Hangman, WordLadder) need NLTK corpora
-downloaded at run time.
+downloaded at run time. Two-player games (TicTacToe, Nim, ...) are the task `game`
+(`games.py`), played over the env's rounds.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from .base import Query, register_task
 from .library import LibraryTask
 
 SINGLE_TURN = ("ThreeCardMonte-v0-raw", "ThreeCardMonte-v0")
+# run offline and alternate their two players move by move (the task `game`, games.py)
+TWO_PLAYER = ("TicTacToe-v0-raw", "ConnectFour-v0-raw", "Nim-v0-raw",
+              "IteratedRockPaperScissors-v0-raw", "IteratedMatchingPennies-v0-raw")
 
 
 def check_textarena() -> None:
@@ -57,6 +61,10 @@ class TextArenaTask(LibraryTask):
         if game not in known:
             raise ValueError(f"textarena: unknown game {game!r}; single-turn games that work "
                              f"offline: {list(SINGLE_TURN)}")
+        if game.removesuffix("-raw") + "-raw" in TWO_PLAYER:
+            raise ValueError(f"textarena: {game!r} is a two-player game: play it over rounds "
+                             f"with task 'game' (make_task('game', game="
+                             f"{game.removesuffix('-raw') + '-raw'!r}), env rounds=R)")
         if game not in SINGLE_TURN:
             raise ValueError(f"textarena: game {game!r} is not a single-turn game (its episodes "
                              f"need more than one move); use one of {list(SINGLE_TURN)}")

@@ -133,3 +133,18 @@ def test_a_learner_that_reads_one_round_is_refused_rounds_by_name(toy_lm, monkey
     config(toy_lm, "cory", task="toy", rounds=1).validate()
     with pytest.raises(ValueError, match="PPOConfig.credit must be one of"):
         PPOConfig(credit="round")
+
+
+def test_a_run_with_rounds_resumes_from_its_checkpoint_exactly(toy_lm, tmp_path):
+    def numbers(m):
+        return {a: {k: v for k, v in s.items() if not k.startswith("time_")}
+                for a, s in m.items() if isinstance(s, dict)}
+
+    straight = Trainer(config(toy_lm, "cory", task="toy", rounds=2, iterations=3))
+    expected = [numbers(m) for m in straight.run()]
+    first = Trainer(config(toy_lm, "cory", task="toy", rounds=2, iterations=3))
+    first.step()
+    first.save(str(tmp_path / "ckpt.pt"))
+    again = Trainer(config(toy_lm, "cory", task="toy", rounds=2, iterations=3))
+    again.load(str(tmp_path / "ckpt.pt"))
+    assert [numbers(m) for m in again.run()] == expected[1:]

@@ -178,8 +178,12 @@ def test_revision_shows_each_agent_the_others_latest_answer():
     assert third.text == task.base.observer_template.replace("{response}", "{response_2}")
     assert fourth.text == task.base.observer_template.replace("{response}", "{response_3}")
     assert make_task("revision", base="reasoning", per_round=True).round_rewards == "each"
-    with pytest.raises(ValueError, match="revision: base task 'sentiment' is not one of"):
-        make_task("revision", base="sentiment")
+    with pytest.raises(ValueError, match="revision: base task 'game' cannot be revised"):
+        make_task("revision", base="game")
+    with pytest.raises(ValueError, match="unknown task 'nope'"):
+        make_task("revision", base="nope")
+    env = cory_env.env(task=make_task("revision", base="sentiment"), rounds=2)
+    api_test(env, num_cycles=60)
 
 
 def test_one_side_can_be_a_rule_and_the_text_env_plays_games_in_words():
@@ -222,3 +226,10 @@ def test_a_batch_over_mid_round_gives_every_agent_the_same_rounds():
     assert paid.tolist() == [[1.0, 1.0], [0.0, 0.0]] and task.tolist() == [[0, 0], [1.0, 1.0]]
     paid, task = env.turn_rewards("llm_0")
     assert paid.tolist() == [[0, 0], [-1.0, -1.0]] and task[-1].tolist() == [-1.0, -1.0]
+
+
+def test_the_single_turn_textarena_task_points_two_player_games_to_the_game_task():
+    for game in ("TicTacToe-v0-raw", "Nim-v0"):
+        with pytest.raises(ValueError, match=f"{game!r} is a two-player game: play it over "
+                                             f"rounds with task 'game'"):
+            make_task("textarena", game=game)
