@@ -13,7 +13,9 @@ when none is given): each observation is the prompt of the role that acts next, 
 server answers for the other roles with their functions (`--policy ROLE=module:name`; random
 tokens for a role without one). When the episode ends the observation is done, its reward
 is the client's role's (the team's, r_pio + r_obs, under the collective reward), and it
-holds every role's task reward and answer. `state` is the episode's transcript.
+holds every role's task reward and answer. With rounds, each observation's reward is what the
+client's role was paid since its last answer (a task that pays every round pays mid-episode).
+`state` is the episode's transcript.
 Each WebSocket connection gets its own env; OpenEnv's HTTP reset/step are one-shot calls, each on
 a fresh env (a step there is refused with 409, since no episode was started on that env).
 It runs as a service (`cory_env.service`): at most `--max-connections` connections at once, each
@@ -120,8 +122,10 @@ class CoryOpenEnv(Environment):
         while not self._done():
             agent = env.agent_selection
             role = env.infos[agent]["role"]
-            if self.role is None or role == self.role:
-                return CoryObservation(prompt=str(env.observe(agent)), agent=agent, role=role)
+            if self.role is None or role == self.role:  # with rounds: what was paid since
+                paid = float(env._cumulative_rewards[agent]) if env.config.rounds > 1 else None
+                return CoryObservation(prompt=str(env.observe(agent)), agent=agent, role=role,
+                                       reward=paid)
             self.game.step(play_role(self.seats[role], role, str(env.observe(agent))))
         infos = {a: env.infos[a] for a in env.possible_agents}
         mine = next((a for a, i in infos.items() if i["role"] == (self.role or "pioneer")))

@@ -157,3 +157,20 @@ def test_with_rounds_the_client_answers_once_a_round_and_a_game_pays_its_outcome
     for move in ["[0]", "[4]", "[1]", "[8]", "[2]"]:  # player 0 takes the top row
         obs = game.step(CoryAction(answer=move))
     assert obs.done and obs.task_rewards == {"pioneer": 1.0, "observer": -1.0}
+
+
+def test_with_rounds_each_observation_carries_what_was_paid_since_the_last_answer():
+    from helpers import ToyTask
+
+    class EachRound(ToyTask):
+        round_rewards = "each"
+
+    env = CoryOpenEnv(role="pioneer", task=EachRound(), rounds=2, reward_mode="individual",
+                      policies={"observer": lambda prompt: "bad"})
+    obs = env.reset(seed=0)
+    assert obs.reward == 0.0
+    obs = env.step(CoryAction(answer="good good"))
+    assert not obs.done and obs.reward == 2.0  # round 1 paid the pioneer its own score
+    obs = env.step(CoryAction(answer="good"))
+    assert obs.done and obs.reward == 1.0 and obs.task_rewards == {"pioneer": 1.0,
+                                                                    "observer": -1.0}
