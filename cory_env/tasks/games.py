@@ -4,7 +4,7 @@
     cory_env.env(task=cory_env.make_task("game", game="Nim-v0-raw"), rounds=3,
                  reward_mode="individual")
 
-llm at position 0 plays the game's player 0 (it moves first), position 1 player 1; with
+The agent at position 0 plays the game's player 0 (it moves first), position 1 player 1; with
 `rotation=1` the two models exchange sides. Turn j of an episode is move j + 1 of the game. A
 query is one seeded game; each turn's prompt is `{state}`: the player's own opening (the
 game's rules and board) and, after its first move, what it has been shown since its last move
@@ -15,7 +15,8 @@ One agent alone without an opponent (as the benchmark evaluates each model alone
 opening move of a game and is paid its outcome so far: -1 when the move is invalid, else 0.
 
 One side can be a fixed player instead of a model: `opponent=` names a rule ("first": the
-first move the game lists as available, "last": the last) or, in Python, is any function from
+first move the game lists as available, or else the first its rules quote; "last": the last)
+or, in Python, is any function from
 the player's observation text to a move. Then the env has one agent (`n_agents=1`), the game's
 player 0, and each turn is its move followed by the opponent's reply; train it with `ppo`.
 
@@ -49,9 +50,12 @@ from .textarena import TWO_PLAYER, check_textarena
 
 
 def listed_moves(text: str) -> list[str]:
-    """The moves a game lists as available in an observation ('[4]', ...), in order."""
+    """The moves an observation lists as available ('Available Moves: ...'), else those its
+    rules quote ("'[rock]'"), in order."""
     found = re.findall(r"(?:Available Moves|Valid moves|available actions)[^\n]*", text)
-    return re.findall(r"\[[^\[\]]+\]", found[-1]) if found else []
+    if found:
+        return re.findall(r"\[[^\[\]]+\]", found[-1])
+    return [m[1:-1] for m in re.findall(r"'\[[^\[\]']+\]'", text)]
 
 
 def first_listed(text: str) -> str:
