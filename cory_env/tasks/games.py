@@ -8,7 +8,8 @@ The agent at position 0 plays the game's player 0 (it moves first), position 1 p
 `rotation=1` the two models exchange sides. Turn j of an episode is move j + 1 of the game. A
 query is one seeded game; each turn's prompt is `{state}`: the player's own opening (the
 game's rules and board) and, after its first move, what it has been shown since its last move
-(the opponent's move and the new board). The answer is sent to the game as the move (TextArena
+(the opponent's move and the new board), then the cue "Your next move, in brackets:" (with it
+SmolLM2-135M's opening TicTacToe move is valid in 30 of 64 held-out games, without a cue in 5). The answer is sent to the game as the move (TextArena
 reads the bracketed move in it, `[4]`).
 
 One agent alone without an opponent (as the benchmark evaluates each model alone) makes the
@@ -71,6 +72,7 @@ def last_listed(text: str) -> str:
 
 
 OPPONENTS = {"first": first_listed, "last": last_listed}
+PROMPT = STATE + "\nYour next move, in brackets:"  # what the player was shown, then a cue
 
 
 def observation_text(obs) -> str:
@@ -116,7 +118,7 @@ class GameTask(Task):
     """A two-player TextArena game, one move per turn (see the module docstring)."""
 
     name = "game"
-    pioneer_template = observer_template = observer_template_no_kt = STATE
+    pioneer_template = observer_template = observer_template_no_kt = PROMPT
     takes_run_tokenizer = True
     zero_sum = True
     default_max_new_tokens = 8
@@ -166,7 +168,7 @@ class GameTask(Task):
         if n_agents != players:
             raise ValueError(f"game {self.game!r} has {players} model player(s) here: "
                              f"n_agents must be {players}, got {n_agents}")
-        return STATE
+        return self.pioneer_template
 
     def templates(self, knowledge_transfer: bool, n_agents: int = 2, rounds: int = 1):
         """The game's state for every turn; two model players, or one against `opponent`."""
