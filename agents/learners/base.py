@@ -214,6 +214,7 @@ class Learner:
     batch_multiplier = 1  # episodes per iteration = this x TrainConfig.batch_size
     saved_state: tuple[str, ...] = ()  # attributes of its own that a checkpoint must keep
     takes_rounds = True  # False: it cannot train on episodes of several rounds (refused)
+    shares_policy = False  # True: it can train one policy on every position's turns
 
     def __init__(self, policies: dict, cfg: LearnerConfig, seed: int = 0,
                  comm: Comm | None = None, structure: Structure | None = None):
@@ -223,8 +224,13 @@ class Learner:
         self.policies = dict(policies)  # the rollout's policies (never wrapped)
         self.n_agents = len(self.policies)  # K: the structure's default, or TrainConfig.n_agents
         self.seed = seed
-        self.agents = {name: PPOAgent(p, self.agent_config(name), self.sampling, self.comm)
-                       for name, p in policies.items()}
+        if self.structure.shared_policy:  # one model: one optimizer, KL controller, statistics
+            first = next(iter(policies))
+            one = PPOAgent(policies[first], self.agent_config(first), self.sampling, self.comm)
+            self.agents = dict.fromkeys(policies, one)
+        else:
+            self.agents = {name: PPOAgent(p, self.agent_config(name), self.sampling, self.comm)
+                           for name, p in policies.items()}
         self.generator = torch.Generator().manual_seed(seed)
 
     @property

@@ -36,6 +36,10 @@ CORY_NO_KT = register_structure(replace(CORY, name="cory-no-kt", knowledge_trans
 CORY_NO_RE = register_structure(replace(CORY, name="cory-no-re", role_exchange=False))
 CORY_INDIVIDUAL = register_structure(replace(CORY, name="cory-individual",
                                              reward_mode="individual"))
+# One policy for both roles: one model plays pioneer and observer and learns from both turns
+# of every episode (no role exchange: there is one model)
+CORY_SHARED = register_structure(replace(CORY, name="cory-shared", role_exchange=False,
+                                         shared_policy=True))
 
 
 def rotation(iteration: int, t_rex: int, n_agents: int = 2) -> int:
@@ -49,5 +53,6 @@ register_method("cory", "ppo", CORY)
 register_method("cory-no-kt", "ppo", CORY_NO_KT, ablates="knowledge transfer")
 register_method("cory-no-re", "ppo", CORY_NO_RE, ablates="role exchange")
 register_method("cory-individual", "ppo", CORY_INDIVIDUAL)
+register_method("cory-shared", "ppo", CORY_SHARED)
 for algorithm in ("grpo", "dr-grpo", "rloo", "reinforce-pp"):
     register_method(f"cory-{algorithm}", algorithm, CORY)

@@ -4,17 +4,22 @@ two on CORY's structure); the PPO maths and the update are `agents/learners/ppo.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
+
+import torch
 
 from .base import Learner, register_learner, register_method, whiten_agents
-from .ppo import prepare_advantages
+from .ppo import PPOBatch, prepare_advantages
 from .structure import INDEPENDENT, SINGLE
 
 
 @register_learner("ppo", structure=SINGLE)
 class IPPO(Learner):
     """PPO for every LLM, each on its own turn with its own critic (independent PPO on two
-    agents; the method `ppo` is one agent alone, `cory` two on CORY's structure)."""
+    agents; the method `ppo` is one agent alone, `cory` two on CORY's structure). On a
+    structure with one shared policy (`cory-shared`), one update from every position's turns."""
+
+    shares_policy = True
 
     def update(self, turns, iteration):
         """PPO on each agent's own turn (advantages whitened per agent, or jointly)."""
@@ -29,7 +34,48 @@ class IPPO(Learner):
                                   self.cfg.per_agent_norm)
             for a, b in batches.items():
                 b.advantages = white[a]
+        if self.structure.shared_policy:
+            return self.update_shared(batches, turns)
         return {a: self.agents[a].learn(b, turns[a], self.generator) for a, b in batches.items()}
+
+    def update_shared(self, batches: dict, turns: dict) -> dict:
+        """One PPO update of the one policy on every position's turns together. What each
+        role's turns contribute: the norm of their policy gradient before the update
+        (`role_grad_norm`, over a minibatch of each) and its share of the roles' sum."""
+        for b in batches.values():
+            if b.advantages is None:
+                prepare_advantages(b, self.cfg.ppo)
+        one = next(iter(self.agents.values()))
+        norms = {a: role_grad_norm(one.policy, b, self.cfg.ppo.mini_batch_size, self.sampling)
+                 for a, b in batches.items()}
+        joint = PPOBatch(**{f.name: torch.cat([getattr(b, f.name) for b in batches.values()])
+                            if torch.is_tensor(getattr(next(iter(batches.values())), f.name))
+                            else None for f in fields(PPOBatch) if f.name != "rounds"})
+        stats = one.learn(joint, join_turns(list(turns.values())), self.generator)
+        total = sum(norms.values()) or 1.0
+        return {a: {**stats, "role_grad_norm": norms[a], "role_grad_share": norms[a] / total}
+                for a in batches}
+
+
+def role_grad_norm(policy, batch: PPOBatch, rows: int, sampling) -> float:
+    """The norm of one role's policy gradient at the current weights (the clipped loss's
+    gradient at ratio 1: -mean of A * grad log pi over its tokens), on its first `rows` rows."""
+    b = batch.index(torch.arange(min(rows, len(batch))))  # copies: normal tensors, not inference
+    params = [p for p in policy.trainable_parameters() if p.requires_grad]
+    with torch.enable_grad():
+        ev = policy.evaluate(b.input_ids, b.attention_mask, b.response_mask.shape[1],
+                             sampling=sampling)
+        mask = b.response_mask
+        loss = -(b.advantages * ev.logprobs.float() * mask).sum() / mask.sum().clamp_min(1)
+        grads = torch.autograd.grad(loss, params, allow_unused=True)
+    return float(torch.sqrt(sum((g.float() ** 2).sum() for g in grads if g is not None)))
+
+
+def join_turns(turns: list):
+    """Several agents' Turns as one batch (rows concatenated), for the KL of a shared update."""
+    first = turns[0]
+    return replace(first, **{f.name: torch.cat([getattr(t, f.name) for t in turns])
+                             for f in fields(first) if torch.is_tensor(getattr(first, f.name))})
 
 
 register_method("ippo", "ppo", INDEPENDENT)

@@ -29,6 +29,7 @@ class Structure:
     knowledge_transfer: bool = False  # a later agent reads the earlier answers
     reward_mode: str = "individual"  # "collective": every agent is paid the sum of the rewards
     role_exchange: bool = False  # each model moves one position every t_rex iterations
+    shared_policy: bool = False  # one model (one set of weights) plays every position
 
     def __post_init__(self) -> None:
         if self.reward_mode not in REWARD_MODES:

@@ -179,6 +179,13 @@ class TrainConfig(LearnerConfig):
             raise ValueError(f"batch_size={self.batch_size} must be divisible by the group size "
                              f"{group} (answers per query of {self.method!r}; set group_size)")
         check_int("rounds", self.rounds, 1)
+        if method.structure.shared_policy:
+            if not method.algorithm.shares_policy:
+                raise ValueError(f"{self.method!r}: the {method.algorithm.name} learner cannot "
+                                 f"train one shared policy on every position (ppo can)")
+            if self.models or self.adapters:
+                raise ValueError(f"{self.method!r} has one model for every position: models= "
+                                 f"and adapters= per agent do not apply")
         if self.rounds > 1 and not method.algorithm.takes_rounds:
             raise ValueError(f"{self.method!r} cannot train on rounds={self.rounds} (its "
                              f"{method.algorithm.name} learner reads one round); use rounds=1")

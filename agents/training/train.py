@@ -217,8 +217,11 @@ class Trainer:
         tokenizer, task = self._tokenizer(), self._task()
         check_tokenizers(cfg, agents, task)
         names = self.learner_cls.extra_model_names
-        policies = build_policies(cfg, agents, names)
+        shared = self.method.structure.shared_policy  # one model plays every position
+        policies = build_policies(cfg, agents[:1] if shared else agents, names)
         extra = {name: policies.pop(name) for name in names}
+        if shared:
+            policies = dict.fromkeys(agents, policies[agents[0]])
         self.learner = self.learner_cls(policies, cfg.learner_part(), seed=cfg.seed, comm=comm,
                                         structure=self.method.structure, **extra)
         self.env = BatchedCoryEnv(batch_size=cfg.batch_size, task=task,

@@ -9,8 +9,9 @@ The agent at position 0 plays the game's player 0 (it moves first), position 1 p
 query is one seeded game; each turn's prompt is `{state}`: the player's own opening (the
 game's rules and board) and, after its first move, what it has been shown since its last move
 (the opponent's move and the new board), then the cue "Your next move, in brackets:" (with it
-SmolLM2-135M's opening TicTacToe move is valid in 30 of 64 held-out games, without a cue in 5). The answer is sent to the game as the move (TextArena
-reads the bracketed move in it, `[4]`).
+SmolLM2-135M's opening TicTacToe move is valid in 30 of 64 held-out games, without a cue in
+5). The answer is sent to the game as the move (TextArena reads the bracketed move in it,
+`[4]`).
 
 One agent alone without an opponent (as the benchmark evaluates each model alone) makes the
 opening move of a game and is paid its outcome so far: -1 when the move is invalid, else 0.

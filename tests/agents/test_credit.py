@@ -148,3 +148,22 @@ def test_a_run_with_rounds_resumes_from_its_checkpoint_exactly(toy_lm, tmp_path)
     again = Trainer(config(toy_lm, "cory", task="toy", rounds=2, iterations=3))
     again.load(str(tmp_path / "ckpt.pt"))
     assert [numbers(m) for m in again.run()] == expected[1:]
+
+
+def test_cory_shared_trains_one_policy_on_both_roles_and_says_what_each_contributes(toy_lm):
+    trainer = Trainer(config(toy_lm, "cory-shared", task="toy", iterations=10, seed=1))
+    learner = trainer.learner
+    assert learner.policies["llm_0"] is learner.policies["llm_1"]
+    assert learner.agents["llm_0"] is learner.agents["llm_1"]  # one optimizer, one KL control
+    curve = list(trainer.run())
+    for m in curve:
+        shares = [m[a]["role_grad_share"] for a in ("llm_0", "llm_1")]
+        assert sum(shares) == pytest.approx(1.0) and all(s > 0 for s in shares)
+        assert m["llm_0"]["role"] == "pioneer" and m["rotation"] == 0  # one model: no exchange
+    rewards = [m["llm_0"]["task_reward"] + m["llm_1"]["task_reward"] for m in curve]
+    assert sum(rewards[-3:]) / 3 > sum(rewards[:3]) / 3 + 1.0, rewards
+    with pytest.raises(ValueError, match="'grpo/cory-shared': the grpo learner cannot train "
+                                         "one shared policy"):
+        config(toy_lm, "grpo/cory-shared", task="toy").validate()
+    with pytest.raises(ValueError, match="one model for every position: models="):
+        config(toy_lm, "cory-shared", task="toy", models={"llm_1": toy_lm}).validate()
