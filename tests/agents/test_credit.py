@@ -135,17 +135,19 @@ def test_a_learner_that_reads_one_round_is_refused_rounds_by_name(toy_lm, monkey
         PPOConfig(credit="round")
 
 
-def test_a_run_with_rounds_resumes_from_its_checkpoint_exactly(toy_lm, tmp_path):
+@pytest.mark.parametrize("method, rounds", [("cory", 2), ("cory-shared", 1)])
+def test_a_run_resumes_from_its_checkpoint_exactly(toy_lm, tmp_path, method, rounds):
+    """With rounds, and with one policy shared by both roles."""
     def numbers(m):
         return {a: {k: v for k, v in s.items() if not k.startswith("time_")}
                 for a, s in m.items() if isinstance(s, dict)}
 
-    straight = Trainer(config(toy_lm, "cory", task="toy", rounds=2, iterations=3))
+    straight = Trainer(config(toy_lm, method, task="toy", rounds=rounds, iterations=3))
     expected = [numbers(m) for m in straight.run()]
-    first = Trainer(config(toy_lm, "cory", task="toy", rounds=2, iterations=3))
+    first = Trainer(config(toy_lm, method, task="toy", rounds=rounds, iterations=3))
     first.step()
     first.save(str(tmp_path / "ckpt.pt"))
-    again = Trainer(config(toy_lm, "cory", task="toy", rounds=2, iterations=3))
+    again = Trainer(config(toy_lm, method, task="toy", rounds=rounds, iterations=3))
     again.load(str(tmp_path / "ckpt.pt"))
     assert [numbers(m) for m in again.run()] == expected[1:]
 
