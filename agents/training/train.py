@@ -141,19 +141,22 @@ def tokenizer_difference(a, b) -> str:
 
 
 def check_positions(env, policies: dict, joint: tuple[str, ...] = ()) -> None:
-    """Warn, naming the numbers, when a chain's longest sequence (the whole transcript for the
-    `joint` models, e.g. MAPPO's critic) can exceed what a model's position embeddings reach."""
+    """Warn, naming the numbers, when a chain's longest sequence (the whole transcript of every
+    turn for the `joint` models, e.g. MAPPO's critic) can exceed what a model's position
+    embeddings reach."""
     ep = env.episodes
-    if ep.n_agents <= 2:
+    if ep.n_turns <= 2:
         return
     for name, policy in policies.items():
         config = policy.hf_model.config
         limit = config_positions(config)
-        need = ep.L + (ep.n_agents - 1) * ep.T if name in joint else ep.L
+        need = ep.L + (ep.n_turns - 1) * ep.T if name in joint else ep.L
         if limit and need > limit:
+            chain = f"{ep.n_agents} agents" + (f" over {ep.rounds} rounds" if ep.rounds > 1
+                                               else "")
             warnings.warn(f"{name}'s model reads at most {limit} positions, but a chain of "
-                          f"{ep.n_agents} agents can need {need} tokens (context {ep.L}, "
-                          f"{ep.T} per answer): use fewer agents, a smaller max_new_tokens, or "
+                          f"{chain} can need {need} tokens (context {ep.L}, {ep.T} per "
+                          f"answer): use fewer agents or rounds, a smaller max_new_tokens, or "
                           f"a model with more positions", stacklevel=3)
 
 

@@ -169,3 +169,10 @@ def test_cory_shared_trains_one_policy_on_both_roles_and_says_what_each_contribu
         config(toy_lm, "grpo/cory-shared", task="toy").validate()
     with pytest.raises(ValueError, match="one model for every position: models="):
         config(toy_lm, "cory-shared", task="toy", models={"llm_1": toy_lm}).validate()
+
+
+def test_a_transcript_over_rounds_longer_than_the_models_positions_is_warned_about(toy_lm):
+    """MAPPO's critic reads every turn of every round: 64 positions are too few here."""
+    with pytest.warns(UserWarning, match="critic's model reads at most 64 positions, but a "
+                                         "chain of 2 agents over 4 rounds can need"):
+        Trainer(config(toy_lm, "mappo", task="toy", rounds=4))
