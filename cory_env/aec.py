@@ -298,16 +298,12 @@ class raw_env(QuerySource, AECEnv):
     def prompt_ids(self, agent) -> np.ndarray:
         """The agent's prompt token ids in its current or latest turn (its rendered template;
         empty before its turn)."""
-        ep = self.episodes
-        row = ep.row(self._slot_of(agent))
-        return ep.ids[row, 0, :ep.P][ep.mask[row, 0, :ep.P].astype(bool)].copy()
+        return self.episodes.prompt_ids(self.episodes.row(self._slot_of(agent)))
 
     def answer_ids(self, agent) -> np.ndarray:
         """The agent's answer token ids so far in its current or latest turn (EOS included when
         it ended the answer)."""
-        ep = self.episodes
-        row = ep.row(self._slot_of(agent))
-        return ep.ids[row, 0, ep.P:ep.P + int(ep.resp_len[row, 0])].copy()
+        return self.episodes.answer_ids(self.episodes.row(self._slot_of(agent)))
 
     @property
     def answer_cap(self) -> int:
@@ -386,9 +382,9 @@ class raw_env(QuerySource, AECEnv):
         agents = {slot: agent for agent, slot in self._slot.items()}
         played = range(ep.turn + 1) if ep.rounds > 1 else range(len(agents))
         for turn in played:
-            slot, ids, mask = ep.position(turn), ep.ids[turn, 0], ep.mask[turn, 0]
-            prompt = self.tokenizer.decode(ids[:ep.P][mask[:ep.P].astype(bool)].tolist())
-            response = self.tokenizer.decode(ids[ep.P:ep.P + int(ep.resp_len[turn, 0])].tolist())
+            slot = ep.position(turn)
+            prompt = self.tokenizer.decode(ep.prompt_ids(turn).tolist())
+            response = self.tokenizer.decode(ep.answer_ids(turn).tolist())
             said = f" round {turn // ep.n_agents + 1}" if ep.rounds > 1 else ""
             line = f"[{agents[slot]} {ep.roles[slot]}{said}] {prompt!r} -> {response!r}"
             if turn < ep.scored:

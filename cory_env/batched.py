@@ -79,10 +79,10 @@ class BatchedCoryEnv(QuerySource):
     def observe(self, agent: str | None = None) -> dict:
         """The agent's (default: the acting agent's) ids, mask and active rows as tensors."""
         ep = self.episodes
-        slot = ep.turn if agent is None else ep.row(self._slot(agent, "observe"))
-        active = ~ep.turn_done if slot == ep.turn and not ep.finished else np.zeros(ep.batch, bool)
-        return {"input_ids": self._tensor(ep.ids[slot]),
-                "attention_mask": self._tensor(ep.mask[slot]).long(),
+        row = ep.turn if agent is None else ep.row(self._slot(agent, "observe"))
+        active = ~ep.turn_done if row == ep.turn and not ep.finished else np.zeros(ep.batch, bool)
+        return {"input_ids": self._tensor(ep.ids[row]),
+                "attention_mask": self._tensor(ep.mask[row]).long(),
                 "active": self._tensor(active), "step": ep.t}
 
     def step(self, actions):
@@ -128,16 +128,16 @@ class BatchedCoryEnv(QuerySource):
     def turn(self, agent: str, number: int | None = None) -> dict:
         """The agent's latest finished turn (or turn `number` of the episode): prompt+response
         ids (B,L), mask, and response_mask (B,T)."""
-        slot = self.episodes.last_turn(self._slot(agent, "turn")) if number is None else number
-        if slot is None:
+        j = self.episodes.last_turn(self._slot(agent, "turn")) if number is None else number
+        if j is None:
             raise RuntimeError(f"{agent}'s turn is not over yet")
         ep = self.episodes
-        mask = self._tensor(ep.mask[slot]).long()
-        return {"input_ids": self._tensor(ep.ids[slot]), "attention_mask": mask,
+        mask = self._tensor(ep.mask[j]).long()
+        return {"input_ids": self._tensor(ep.ids[j]), "attention_mask": mask,
                 "response_mask": mask[:, ep.P:].float(), "queries": ep.queries,
                 "query_index": torch.as_tensor(self.query_indices), "group_size": self.group_size,
                 "pool_size": self.pool_size,
-                "prompt_cut": torch.as_tensor(ep.dropped[slot].copy())}
+                "prompt_cut": torch.as_tensor(ep.dropped[j].copy())}
 
     def turn_rewards(self, agent: str) -> tuple[torch.Tensor, torch.Tensor]:
         """(paid, task): (n, B) what the env paid after each of the agent's n finished turns

@@ -184,9 +184,10 @@ class Episodes:
         self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos
         self.n_agents, self.rounds, self.budget = n_agents, rounds, max_cycles
         self.n_turns = n_agents * rounds
-        templates = (task.templates(knowledge_transfer, max(n_agents, 2)) if rounds == 1
-                     else task.templates(knowledge_transfer, n_agents, rounds))
-        self.renderers = tuple(TemplateRenderer(t, tokenizer, k) for k, t in enumerate(templates))
+        self.templates = (task.templates(knowledge_transfer, max(n_agents, 2)) if rounds == 1
+                          else task.templates(knowledge_transfer, n_agents, rounds))
+        self.renderers = tuple(TemplateRenderer(t, tokenizer, k)
+                               for k, t in enumerate(self.templates))
         self.roles = role_names(self.n_agents)
         self.T, self.L = max_new_tokens, context_len
         # prompts that cannot fit the window are said at the start (K > 2 or R > 1: L fits them)
@@ -224,6 +225,15 @@ class Episodes:
         if self.finished or j < self.turn:
             return j
         return j - self.n_agents if j >= self.n_agents else None
+
+    def prompt_ids(self, turn: int, episode: int = 0) -> np.ndarray:
+        """An episode's prompt token ids in a turn (its rendered template; empty before)."""
+        keep = self.mask[turn, episode, :self.P].astype(bool)
+        return self.ids[turn, episode, :self.P][keep].copy()
+
+    def answer_ids(self, turn: int, episode: int = 0) -> np.ndarray:
+        """An episode's answer token ids in a turn so far (EOS included when it ended it)."""
+        return self.ids[turn, episode, self.P:self.P + int(self.resp_len[turn, episode])].copy()
 
     def turns_of(self, position: int) -> list[int]:
         """The turns of the agent at `position` that are over: those it finished so far, and

@@ -88,11 +88,9 @@ class raw_text_env(AECEnv):
         self.tokenizer, self.render_mode = self.tokens.tokenizer, self.tokens.render_mode
         self.possible_agents = list(self.tokens.possible_agents)
         chars, longest = token_strings(self.tokenizer)
-        turns, rounds = self.tokens.max_num_agents, self.config.rounds
+        turns = self.tokens.max_num_agents
         chars |= {c for q in self.task.queries(self.config.split) for c in q.text}
-        templates = self.task.templates(self.config.knowledge_transfer, max(turns, 2)) \
-            if rounds == 1 else self.task.templates(self.config.knowledge_transfer, turns, rounds)
-        chars |= {c for t in templates for c in t.text}
+        chars |= {c for t in self.tokens.episodes.templates for c in t.text}
         charset = "".join(sorted(chars))
         P, T = self.tokens.prompt_len, self.tokens.max_new_tokens
         self._obs_space = spaces.Text(P * longest, min_length=0, charset=charset)

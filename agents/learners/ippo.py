@@ -4,10 +4,11 @@ two on CORY's structure); the PPO maths and the update are `agents/learners/ppo.
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import replace
 
 import torch
 
+from ..llm.rollout import Turn, stack_rows
 from .base import Learner, register_learner, register_method, whiten_agents
 from .ppo import PPOBatch, prepare_advantages
 from .structure import INDEPENDENT, SINGLE
@@ -48,10 +49,8 @@ class IPPO(Learner):
         one = next(iter(self.agents.values()))
         norms = {a: role_grad_norm(one.policy, b, self.cfg.ppo.mini_batch_size, self.sampling)
                  for a, b in batches.items()}
-        joint = PPOBatch(**{f.name: torch.cat([getattr(b, f.name) for b in batches.values()])
-                            if torch.is_tensor(getattr(next(iter(batches.values())), f.name))
-                            else None for f in fields(PPOBatch) if f.name != "rounds"})
-        stats = one.learn(joint, join_turns(list(turns.values())), self.generator)
+        joint = PPOBatch(**stack_rows(list(batches.values())))
+        stats = one.learn(joint, Turn(**stack_rows(list(turns.values()))), self.generator)
         total = sum(norms.values()) or 1.0
         return {a: {**stats, "role_grad_norm": norms[a], "role_grad_share": norms[a] / total}
                 for a in batches}
@@ -69,13 +68,6 @@ def role_grad_norm(policy, batch: PPOBatch, rows: int, sampling) -> float:
         loss = -(b.advantages * ev.logprobs.float() * mask).sum() / mask.sum().clamp_min(1)
         grads = torch.autograd.grad(loss, params, allow_unused=True)
     return float(torch.sqrt(sum((g.float() ** 2).sum() for g in grads if g is not None)))
-
-
-def join_turns(turns: list):
-    """Several agents' Turns as one batch (rows concatenated), for the KL of a shared update."""
-    first = turns[0]
-    return replace(first, **{f.name: torch.cat([getattr(t, f.name) for t in turns])
-                             for f in fields(first) if torch.is_tensor(getattr(first, f.name))})
 
 
 register_method("ippo", "ppo", INDEPENDENT)

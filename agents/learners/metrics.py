@@ -38,7 +38,7 @@ def turn_metrics(turn, eta: float, n_samples: int = 3) -> dict:
     mask, rounds = turn.response_mask, getattr(turn, "rounds", 1)
     kl_turns = turn.full_kl.sum(1).view(rounds, -1)
     kl, tasks = kl_turns.sum(0), turn.task_reward.float().view(rounds, -1)
-    task = last_round(turn.task_reward.float(), turn)
+    task = tasks[-1]  # the last round's
     entropy = -(turn.raw_logprobs * mask).sum() / mask.sum().clamp_min(1)
     per_round = {} if rounds == 1 else {
         f"round_{r + 1}_{name}": float(x[r].mean()) for r in range(rounds)

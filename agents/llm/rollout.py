@@ -141,28 +141,24 @@ def rollout(env: BatchedCoryEnv, policies: Mapping[str, object], sampling=None,
         partial.setdefault(agent, []).append(
             _turn_tensors(env, agent, role, steps, policy, T, sampling))
         del steps
-    infos = env.infos()
-    for position, agent in enumerate(env.agents):  # turns no episode reached: nothing said
-        parts = partial.setdefault(agent, [])
-        for j in env.episodes.turns_of(position)[len(parts):]:
+    ep, out = env.episodes, {}
+    for position, agent in enumerate(env.agents):
+        parts, turns = partial.setdefault(agent, []), ep.turns_of(position)
+        for j in turns[len(parts):]:  # turns no episode reached: nothing said
             parts.append(_silent_turn(env, agent, j, policies[agent].device))
-    out = {}
-    for agent, parts in partial.items():
-        if len(parts) == 1:
-            out[agent] = _with_rewards(parts[0], env.reward(agent), infos[agent])
-            continue
         paid, task = env.turn_rewards(agent)
-        texts = [t for j in env.episodes.turns_of(env.agents.index(agent))
-                 for t in env.episodes.texts[j] or [""] * env.episodes.batch]
         device = parts[0]["values"].device
-        out[agent] = Turn(**stack_turns(parts), task_reward=task.flatten().to(device),
+        texts = [t for j in turns for t in ep.texts[j] or [""] * ep.batch]
+        out[agent] = Turn(**stack_rows(parts), task_reward=task.flatten().to(device),
                           reward=paid.flatten().to(device), texts=texts, rounds=len(parts))
     return out
 
 
-def stack_turns(parts: list[dict]) -> dict:
-    """One agent's turns of every round as one batch: tensors concatenated along the rows
-    (round-major), the rest from the first turn."""
+def stack_rows(parts: list) -> dict:
+    """Several records (dicts or dataclasses) of one batch's fields as one: tensors
+    concatenated along the rows, in order, the rest from the first."""
+    parts = [p if isinstance(p, dict) else {f.name: getattr(p, f.name) for f in fields(p)}
+             for p in parts]
     return {k: torch.cat([p[k] for p in parts]) if torch.is_tensor(v) else v
             for k, v in parts[0].items()}
 
@@ -212,35 +208,30 @@ def summed_kl(policy, ids, mask, response_mask, T: int, sampling) -> torch.Tenso
     return out.cpu()
 
 
-def _with_rewards(parts: dict, reward, info) -> Turn:
-    """The Turn of a finished turn's tensors plus the rewards and texts known at the end."""
-    device = parts["values"].device
-    texts = info["response"] or [""] * len(reward)  # none: no episode reached the turn
-    return Turn(**parts, task_reward=info["task_reward"].to(device), reward=reward.to(device),
-                texts=list(texts))
+def _rows(env, agent: str, seq: dict, device) -> dict:
+    """What a turn's record holds of the env's rows (`env.turn`'s dict): ids, masks, queries."""
+    return dict(agent=agent, input_ids=seq["input_ids"].to(device),
+                attention_mask=seq["attention_mask"].to(device),
+                response_mask=seq["response_mask"].to(device),
+                query_index=seq["query_index"].to(device), group_size=seq["group_size"],
+                pool_size=seq["pool_size"], position=env.agents.index(agent),
+                prompt_cut=seq.get("prompt_cut"))
 
 
 def _silent_turn(env, agent: str, number: int, device) -> dict:
     """The tensors of a turn in which no episode said anything (all were over before it): its
     rows as the env kept them, every per-token tensor 0."""
-    seq = env.turn(agent, number)
-    zeros = torch.zeros(seq["response_mask"].shape, device=device)
-    ep = env.episodes
-    return dict(agent=agent, role=ep.roles[ep.position(number)],
-                input_ids=seq["input_ids"].to(device),
-                attention_mask=seq["attention_mask"].to(device),
-                query_index=seq["query_index"].to(device), group_size=seq["group_size"],
-                pool_size=seq["pool_size"], position=ep.position(number),
-                prompt_cut=seq.get("prompt_cut"), response_mask=zeros, logprobs=zeros,
+    rows = _rows(env, agent, env.turn(agent, number), device)
+    zeros = torch.zeros_like(rows["response_mask"])
+    return dict(rows, role=env.episodes.roles[env.episodes.position(number)], logprobs=zeros,
                 raw_logprobs=zeros, values=zeros, ref_logprobs=zeros, full_kl=zeros)
 
 
 def _turn_tensors(env, agent, role, steps, policy, T, sampling=None) -> dict:
     """A finished turn's per-token tensors: sampled log-probs, values, reference and exact KL."""
     device = policy.device
-    seq = env.turn(agent)
-    ids, mask = seq["input_ids"].to(device), seq["attention_mask"].to(device)
-    response_mask = seq["response_mask"].to(device)
+    rows = _rows(env, agent, env.turn(agent), device)
+    ids, mask, response_mask = rows["input_ids"], rows["attention_mask"], rows["response_mask"]
     pad = T - len(steps)
 
     def stack(name):
@@ -260,11 +251,7 @@ def _turn_tensors(env, agent, role, steps, policy, T, sampling=None) -> dict:
     kl, ref_logprobs = (torch.zeros_like(response_mask) for _ in range(2))
     kl[:, :n], ref_logprobs[:, :n] = kl_to_reference(mine, ref[:, :n], ids[:, -T:][:, :n])
     ref_logprobs = ref_logprobs * response_mask
-    return dict(agent=agent, role=role, input_ids=ids, attention_mask=mask,
-                query_index=seq["query_index"].to(device), group_size=seq["group_size"],
-                pool_size=seq["pool_size"], position=env.agents.index(agent),
-                prompt_cut=seq.get("prompt_cut"),
-                response_mask=response_mask, logprobs=own["logprobs"].float() * response_mask,
+    return dict(rows, role=role, logprobs=own["logprobs"].float() * response_mask,
                 raw_logprobs=own["raw_logprobs"].float() * response_mask,
                 values=own["values"].float() * response_mask, ref_logprobs=ref_logprobs,
                 full_kl=kl * response_mask)

@@ -169,11 +169,13 @@ class Task(ABC):
 
     def round_template(self, turn: int, n_agents: int, knowledge_transfer: bool) -> str:
         """The prompt of turn `turn` >= K (0-based over the episode: rounds after the first):
-        the observer template with the whole transcript so far listed, one answer per line
-        (without knowledge transfer, only the agent's own earlier answers)."""
-        seen = [j + 1 for j in range(turn)
-                if knowledge_transfer or j % n_agents == turn % n_agents]
-        return self.observer_template.replace(RESPONSE, "\n".join(map(response_slot, seen)))
+        the whole transcript so far, as the task lists earlier answers in a chain
+        (`chain_template`); without knowledge transfer the observer template with only the
+        agent's own earlier answers, one per line."""
+        if knowledge_transfer:
+            return self.chain_template(turn)
+        own = range(turn % n_agents + 1, turn + 1, n_agents)
+        return self.observer_template.replace(RESPONSE, "\n".join(map(response_slot, own)))
 
     def templates(self, knowledge_transfer: bool, n_agents: int = 2,
                   rounds: int = 1) -> tuple[Template, ...]:

@@ -153,8 +153,9 @@ class GameTask(Task):
 
     def load_queries(self, split: str) -> list[Query]:
         """Seeded games: train and test draw from their own seeds, one game in 5 held out."""
-        start = SEEDS.get(split, SEEDS["train"])
-        out = []
+        if split not in ("train", "test"):
+            raise ValueError(f"unknown split {split!r}; use train or test")
+        start, out = SEEDS[split], []
         for seed in range(start, start + self.n_queries * 2):
             text = f"{self.game} #{seed}"
             if held_out(text, TEST_SHARE) == (split == "test"):
