@@ -5,7 +5,7 @@ cory_env; `tests/test_architecture.py` checks it):
 
 - `agents.llm`: an LLM as a policy (the model, sampling, KV cache, speed settings, loading,
   and the one decode loop).
-- `agents.learners`: how policies learn (algorithms and their registry, structures with CORY's
+- `agents.learners`: how policies learn (learners and their registry, structures with CORY's
   among them, the PPO maths, the KL and reward shaping).
 - `agents.training`: running training (the config, the trainer, checkpoints and restoring a
   saved run, the run log, command-line options and statistics over seeds).

@@ -26,7 +26,7 @@ from agents.training.config import TrainConfig, check_device, mini_batch_follows
 from cory_common.checks import check_int, meta
 from cory_common.files import looks_local
 from cory_common.plugins import load_plugins
-from cory_env import is_exact_match, make_task, offline_model, registered_tasks, task_options
+from cory_env import is_exact_match, make_task, offline_model, registered_tasks, task_defaults
 from cory_env.tasks.base import unknown_task
 
 from .presets import PRESETS
@@ -64,7 +64,7 @@ class BenchConfig:
         "comma list of tasks (arithmetic is not a default: PPO does not measurably learn it "
         "in the default budget, docs/fidelity.md)"))
     methods: list[str] = field(default_factory=lambda: ["ppo", "cory"], metadata=meta(
-        "comma list of methods (registered names, or algorithm/structure)"))
+        "comma list of methods (registered names, or learner/structure)"))
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2],
                              metadata=meta("comma list of seeds"))
     eta_sweep: list[float] = field(default_factory=list, metadata=meta(
@@ -164,7 +164,7 @@ def validate_config(cfg: BenchConfig) -> None:
         if task not in registered_tasks():
             raise ValueError(unknown_task(task))
     for m in cfg.methods:
-        resolve_method(m)  # a ValueError naming an unknown method, structure or algorithm
+        resolve_method(m)  # a ValueError naming an unknown method, structure or learner
     if not cfg.seeds:
         raise ValueError(f"seeds must be a non-empty list of integers, got {cfg.seeds!r}")
     for seed in cfg.seeds:
@@ -205,7 +205,7 @@ def validate_config(cfg: BenchConfig) -> None:
 
 def _check_task_options(cfg: BenchConfig) -> None:
     """Every task option must be accepted by at least one of the run's tasks."""
-    accepted = set().union(*(task_options(t) for t in cfg.tasks))
+    accepted = set().union(*(task_defaults(t) for t in cfg.tasks))
     for key in cfg.train.task_options:
         if key not in accepted:
             raise ValueError(f"task option {key!r} is accepted by none of the tasks "
@@ -215,7 +215,7 @@ def _check_task_options(cfg: BenchConfig) -> None:
 def options_for(cfg: BenchConfig, task: str) -> dict:
     """The given task options that this task accepts (imdb's reward model follows --device by
     default)."""
-    accepted = task_options(task)
+    accepted = task_defaults(task)
     options = {k: v for k, v in cfg.train.task_options.items() if k in accepted}
     if "reward_device" in accepted and "reward_device" not in options:
         options["reward_device"] = cfg.train.device
@@ -269,7 +269,7 @@ class RunSpec:
     def key(self) -> str:
         """A file-name-safe identifier, e.g. arithmetic-cory-seed0 or ...-eta0.001."""
         tail = "" if self.eta is None else f"-eta{self.eta:g}"
-        method = self.method.replace("/", "@")  # algorithm/structure: one file name
+        method = self.method.replace("/", "@")  # learner/structure: one file name
         return f"{self.task}-{method}-seed{self.seed}{tail}"
 
     def ids(self) -> dict:
@@ -301,7 +301,7 @@ def train_config(cfg: BenchConfig, spec: RunSpec) -> TrainConfig:
     """The TrainConfig of one run; a swept eta fixes the KL coefficient (no adaptation)."""
     t, eta = cfg.train, spec.eta
     kl = t.ppo.kl if eta is None else dataclasses.replace(t.ppo.kl, beta=eta, adaptive=False)
-    ppo = dataclasses.replace(t.ppo, lr=cfg.lr_for(spec.method), batch_size=t.batch_size, kl=kl)
+    ppo = dataclasses.replace(t.ppo, lr=cfg.lr_for(spec.method), kl=kl)
     fixed_eta = None if kl.adaptive else kl.beta
     chain = resolve_method(spec.method).n_agents > 1  # --n-agents sets K of multi-agent methods
     options, tokens = options_for(cfg, spec.task), t.max_new_tokens

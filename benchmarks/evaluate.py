@@ -19,6 +19,7 @@ import math
 import numpy as np
 import torch
 
+from agents.learners.metrics import combined_eta
 from agents.llm.rollout import answer_alone
 from agents.training.train import Trainer
 from cory_env import BatchedCoryEnv
@@ -37,12 +38,6 @@ def eval_every(cfg: BenchConfig) -> int:
 def evaluation_due(cfg: BenchConfig, iteration: int) -> bool:
     """Whether the models are evaluated alone after `iteration` updates (0: before any)."""
     return iteration % eval_every(cfg) == 0 or iteration == cfg.train.iterations
-
-
-def combined_eta(trainer: Trainer) -> float:
-    """The fixed η of r − η·ΣKL: the run's fixed KL weight, else its initial coefficient."""
-    cfg = trainer.cfg
-    return float(cfg.eta if cfg.eta is not None else cfg.ppo.kl.beta)
 
 
 def _se(x: np.ndarray) -> float:
@@ -65,7 +60,7 @@ def evaluate_policy(policy, trainer: Trainer, cfg: BenchConfig, seed: int,
     sampling = trainer.cfg.sampling  # the shared setting, the same for every method
     reward, kl = answer_alone(env, policy, sampling, generator, [p for p in problems
                                                                  for _ in range(n)])
-    eta = combined_eta(trainer)
+    eta = combined_eta(trainer.cfg)
     combined = reward - eta * kl
     out = {"n_queries": len(problems), "n_samples": n,
            "task_reward": float(reward.mean()), "task_reward_se": _se(reward),

@@ -28,12 +28,13 @@ from cory_env import is_exact_match
 
 from .stats import smooth
 
-FORMAT = 3  # of run_config.json and the records beside it (3: today's setting names)
+FORMAT = 4  # of run_config.json and the records beside it (4: one combined reward)
 
 
 def check_format(config: dict, where) -> None:
-    """Refuse a run folder written in another format, naming both (format 2 and earlier used
-    setting names that were renamed since, e.g. ppo.init_kl_coef for ppo.kl.beta)."""
+    """Refuse a run folder written in another format, naming both (format 3 recorded the
+    training combined reward at the current beta, 2 and earlier used setting names that were
+    renamed since, e.g. ppo.init_kl_coef for ppo.kl.beta)."""
     found = config.get("format")
     if found != FORMAT:
         raise ValueError(f"{where} is run-folder format {found}, this version reads format "

@@ -11,13 +11,13 @@ from .tasks import (
     offline_model,
     register_task,
     registered_tasks,
-    task_options,
+    task_defaults,
 )
 from .text import Prompt, copy_rate, text_env, text_parallel_env
 
 __all__ = [
     "AGENTS", "BatchedCoryEnv", "agent_names", "EnvConfig", "Query", "Task", "env",
     "is_exact_match", "make_task", "offline_model", "parallel_env", "raw_env", "register_task",
-    "registered_tasks", "role_order", "task_options", "Prompt", "copy_rate", "text_env",
+    "registered_tasks", "role_order", "task_defaults", "Prompt", "copy_rate", "text_env",
     "text_parallel_env",
 ]

@@ -192,6 +192,12 @@ def test_registries_are_filled_by_discovery_not_by_hand_kept_lists():
         named |= {node.module for node in ast.walk(init) if isinstance(node, ast.ImportFrom)
                   and node.level == 1 and node.module and node.module != "base"}
         assert not named, (package, named)
+    for path in sorted((ROOT / "agents/learners").glob("*.py")):  # each module its own names
+        loops = [node for node in ast.parse(path.read_text()).body
+                 if isinstance(node, ast.For) and any(
+                     isinstance(n, ast.Call) and getattr(n.func, "id", "").startswith("register")
+                     for n in ast.walk(node))]
+        assert not loops, f"{path.name}: registers names in a loop over a hand-kept list"
     import cory_env
     from agents.learners.base import registered_methods
 

@@ -1,1 +1,1 @@
-"""How policies learn: algorithms on structures (CORY is one), the PPO maths, KL and rewards."""
+"""How policies learn: learners on structures (CORY is one), the PPO maths, KL and rewards."""

@@ -1,12 +1,13 @@
-"""Learners: the swappable algorithms that turn rollouts into updates, and the method names.
+"""Learners: the swappable training algorithms that turn rollouts into updates, and the method
+names.
 
 A learner owns one `PPOAgent` (policy + optimizer + KL controller + score statistics) per LLM,
 runs on a `Structure` (`agents.learners.structure`: the env's agent count, knowledge transfer,
 reward mode and role schedule), says which roles to play each iteration (`reset_options`), and
-updates from the finished turns (`update`). To add an algorithm, subclass `Learner` in one file
+updates from the finished turns (`update`). To add a learner, subclass `Learner` in one file
 and decorate it with `@register_learner("name")`; `agents/learners/reinforce.py` is the worked
-example, and `agents/learners/cory.py` is CORY. A method name resolves to an algorithm on a
-structure (`resolve_method`): the registered names, or any `algorithm/structure`.
+example, and `agents/learners/cory.py` is CORY. A method name resolves to a learner on a
+structure (`resolve_method`): the registered names, or any `learner/structure`.
 
 Multi-process training reaches a learner only through `self.comm` (`agents.learners.comm.Comm`):
 its agents call it to prepare their models, back-propagate, and agree on statistics across ranks.
@@ -30,7 +31,7 @@ from cory_env.text import copy_rate
 from ..llm.rollout import Turn
 from ..llm.sampling import SamplingConfig
 from .comm import Comm
-from .metrics import last_round, turn_metrics
+from .metrics import combined_eta, last_round, turn_metrics
 from .ppo import (
     PPOBatch,
     PPOConfig,
@@ -45,23 +46,25 @@ from .structure import INDEPENDENT, Structure, structures
 
 @dataclass
 class LearnerConfig:
-    """What a learner needs besides its policies: PPO settings (with the KL's), sampling, the
-    role-exchange period and group settings. `TrainConfig` extends it."""
+    """What a learner needs besides its policies: the batch, PPO settings (with the KL's),
+    sampling, the role-exchange period and group settings. `TrainConfig` extends it."""
 
+    batch_size: int = field(default=32, metadata=meta("episodes per iteration"))
     ppo: PPOConfig = field(default_factory=PPOConfig)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     t_rex: int = field(default=5, metadata=meta(
         "role-exchange period T_REx: iterations between rotations"))
     eta: float | None = field(default=None, metadata=meta(
-        "KL weight of the evaluated combined reward r - eta * KL (none: the current beta)"))
+        "KL weight of the combined reward r - eta * KL (none: the initial beta)"))
     group_size: int | None = field(default=None, metadata=meta(
-        "answers per query G (none: the algorithm's default; 4 for grpo, dr-grpo, rloo)"))
+        "answers per query G (none: the learner's default; 4 for grpo, dr-grpo, rloo)"))
     per_agent_norm: bool = field(default=True, metadata=meta(
         "two agents: normalise advantages per agent, not over both (Dr. MAS)"))
 
     def validate(self) -> LearnerConfig:
         """Raise ValueError naming the bad field."""
         check_fields(self)
+        check_int("batch_size", self.batch_size, 1)
         check_int("t_rex", self.t_rex, 1)
         check_int("group_size", self.group_size, 1, none_ok=True)
         if self.eta is not None and not (math.isfinite(self.eta) and self.eta >= 0):
@@ -72,6 +75,10 @@ class LearnerConfig:
                                  f"{getattr(self, name)!r}")
         self.ppo.validate()
         self.sampling.validate()
+        if self.batch_size % self.ppo.backward_batch_size:
+            raise ValueError(f"batch_size={self.batch_size} must be divisible by mini_batch_size"
+                             f" * grad_accum_steps = {self.ppo.mini_batch_size} * "
+                             f"{self.ppo.grad_accum_steps} = {self.ppo.backward_batch_size}")
         return self
 
     def learner_part(self) -> LearnerConfig:
@@ -94,12 +101,12 @@ class PPOAgent:
     KL controller and the score statistics see the global batch through `comm`.
     """
 
-    def __init__(self, policy, cfg: PPOConfig, sampling: SamplingConfig | None = None,
-                 comm: Comm | None = None):
+    def __init__(self, policy, cfg: PPOConfig, batch_size: int,
+                 sampling: SamplingConfig | None = None, comm: Comm | None = None):
         self.comm = comm or Comm()
         self.policy, self.cfg, self.sampling = self.comm.prepare(policy), cfg, sampling
         self.optimizer = adam(self.policy.trainable_parameters(), cfg.lr)
-        self.kl_controller = make_kl_controller(cfg)
+        self.kl_controller = make_kl_controller(cfg, batch_size)
         self.score_stats = RunningMoments()
 
     @property
@@ -204,7 +211,7 @@ class Learner:
     name = "base"
     structure: Structure = INDEPENDENT
     kl_where = "reward"  # where beta acts when KLConfig.where is None: "reward" or "loss"
-    kl_where_fixed = False  # True: the algorithm only works with kl_where (refuses the other)
+    kl_where_fixed = False  # True: the learner only works with kl_where (refuses the other)
     # Models the learner owns beside the agents' policies, by name: the Trainer builds each
     # (on the first agent's model, no reference) and passes it as a keyword; checkpoints,
     # placement and the distributed trainer read them through `extra_models`.
@@ -226,10 +233,12 @@ class Learner:
         self.seed = seed
         if self.structure.shared_policy:  # one model: one optimizer, KL controller, statistics
             first = next(iter(policies))
-            one = PPOAgent(policies[first], self.agent_config(first), self.sampling, self.comm)
+            one = PPOAgent(policies[first], self.agent_config(first), cfg.batch_size,
+                           self.sampling, self.comm)
             self.agents = dict.fromkeys(policies, one)
         else:
-            self.agents = {name: PPOAgent(p, self.agent_config(name), self.sampling, self.comm)
+            self.agents = {name: PPOAgent(p, self.agent_config(name), cfg.batch_size,
+                                          self.sampling, self.comm)
                            for name, p in policies.items()}
         self.generator = torch.Generator().manual_seed(seed)
 
@@ -278,10 +287,8 @@ class Learner:
         """Per-agent metrics of an iteration (task reward, KL, combined reward, ...; after the
         pioneer, `copy_rate`: how often an answer repeats the previous position's verbatim)."""
         collective = sum(last_round(t.task_reward, t).cpu() for t in turns.values())
-        out = {}
+        out, eta = {}, combined_eta(self.cfg)
         for agent, turn in turns.items():
-            beta = self.agents[agent].beta if agent in self.agents else 0.0
-            eta = beta if self.cfg.eta is None else self.cfg.eta
             out[agent] = {**turn_metrics(turn, eta), "collective_reward":
                           float(collective.mean()), **stats.get(agent, {})}
         chain = sorted(turns.values(), key=lambda t: t.position)
@@ -322,14 +329,14 @@ class Learner:
             setattr(self, name, copy.deepcopy(value))
 
 
-_LEARNERS: dict[str, type[Learner]] = {}  # algorithm name -> class
-_METHODS: dict[str, tuple[str, Structure]] = {}  # method name -> (algorithm, structure)
+_LEARNERS: dict[str, type[Learner]] = {}  # learner name -> class
+_METHODS: dict[str, tuple[str, Structure]] = {}  # method name -> (learner, structure)
 _ABLATES: dict[str, str] = {}  # ablation method name -> the mechanism it turns off
 
 
 def register_learner(name: str, structure: Structure | None = None):
-    """Class decorator: make a Learner available as algorithm `name`, and as the method `name`
-    (the algorithm on `structure`, default the class's own)."""
+    """Class decorator: make a Learner available as the learner `name`, and as the method
+    `name` (the learner on `structure`, default the class's own)."""
 
     def add(cls):
         if not (isinstance(cls, type) and issubclass(cls, Learner)):
@@ -343,13 +350,13 @@ def register_learner(name: str, structure: Structure | None = None):
     return add
 
 
-def register_method(name: str, algorithm: str, structure: Structure,
+def register_method(name: str, learner: str, structure: Structure,
                     ablates: str | None = None) -> None:
-    """Make `name` a method: the registered `algorithm` on `structure` (`ablates`: the one
+    """Make `name` a method: the registered `learner` on `structure` (`ablates`: the one
     mechanism it turns off, when it is one of the paper's ablations)."""
     if "/" in name:
         raise ValueError(f"a method name cannot hold '/', got {name!r}")
-    _METHODS[name] = (algorithm, structure)
+    _METHODS[name] = (learner, structure)
     if ablates:
         _ABLATES[name] = ablates
 
@@ -365,10 +372,10 @@ def register_builtin() -> None:
 
 @dataclass(frozen=True)
 class Method:
-    """A method name resolved: an algorithm (a Learner class) on a structure."""
+    """A method name resolved: a learner (a Learner class) on a structure."""
 
     name: str
-    algorithm: type[Learner]
+    learner: type[Learner]
     structure: Structure
 
     @property
@@ -378,31 +385,31 @@ class Method:
 
 
 def resolve_method(name: str) -> Method:
-    """The algorithm and structure of a method name (registered, or `algorithm/structure`)."""
+    """The learner and structure of a method name (registered, or `learner/structure`)."""
     register_builtin()
     if not isinstance(name, str):
         raise ValueError(f"method must be a name, got {name!r}")
     if "/" in name:
-        algorithm, _, structure = name.partition("/")
+        learner, _, structure = name.partition("/")
         known = structures()
         if structure not in known:
             raise ValueError(f"unknown structure {structure!r} in method {name!r}; "
                              f"registered structures: {sorted(known)}")
-        pair = (algorithm, known[structure])
+        pair = (learner, known[structure])
     elif name in _METHODS:
         pair = _METHODS[name]
     else:
         raise ValueError(f"unknown method {name!r}; registered methods: {registered_methods()} "
-                         f"(or algorithm/structure)")
+                         f"(or learner/structure)")
     if pair[0] not in _LEARNERS:
-        raise ValueError(f"unknown algorithm {pair[0]!r} in method {name!r}; registered "
-                         f"algorithms: {sorted(_LEARNERS)}")
+        raise ValueError(f"unknown learner {pair[0]!r} in method {name!r}; registered "
+                         f"learners: {sorted(_LEARNERS)}")
     return Method(name, _LEARNERS[pair[0]], pair[1])
 
 
 def learner_class(name: str) -> type[Learner]:
-    """The Learner class (the algorithm) of a method name."""
-    return resolve_method(name).algorithm
+    """The Learner class of a method name."""
+    return resolve_method(name).learner
 
 
 def registered_methods() -> list[str]:
@@ -417,8 +424,8 @@ def ablation_methods() -> tuple[str, ...]:
     return tuple(m for m in registered_methods() if m in _ABLATES)
 
 
-def registered_algorithms() -> list[str]:
-    """Names of all registered algorithms."""
+def registered_learners() -> list[str]:
+    """Names of all registered learners."""
     register_builtin()
     return sorted(_LEARNERS)
 

@@ -16,7 +16,7 @@ With K > 2 agents (a chain: position k sees the answers of positions 0..k-1) rol
 becomes a rotation: every T_REx iterations each model moves one position down the chain
 (`rotation`), so over K blocks every model plays every position.
 
-The structure is a value (`agents.learners.structure.Structure`): any algorithm runs on it
+The structure is a value (`agents.learners.structure.Structure`): any learner runs on it
 (`cory-grpo` is GRPO on it, `grpo/cory-no-kt` GRPO on an ablation). CORY itself is PPO on it:
 each model runs PPO on its own turn. The paper's ablations switch one mechanism off each.
 """
@@ -48,11 +48,10 @@ def rotation(iteration: int, t_rex: int, n_agents: int = 2) -> int:
     return CORY.rotation(iteration, t_rex, n_agents)
 
 
-# CORY is PPO on CORY's structure; its ablations and CORY over the other algorithms likewise.
+# CORY is PPO on CORY's structure, and its ablations likewise (each other learner's module
+# registers it on CORY's structure: `cory-grpo`, `cory-rloo`, ...).
 register_method("cory", "ppo", CORY)
 register_method("cory-no-kt", "ppo", CORY_NO_KT, ablates="knowledge transfer")
 register_method("cory-no-re", "ppo", CORY_NO_RE, ablates="role exchange")
 register_method("cory-individual", "ppo", CORY_INDIVIDUAL)
 register_method("cory-shared", "ppo", CORY_SHARED)
-for algorithm in ("grpo", "dr-grpo", "rloo", "reinforce-pp"):
-    register_method(f"cory-{algorithm}", algorithm, CORY)

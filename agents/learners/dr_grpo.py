@@ -10,7 +10,8 @@ averaged over the answers. The KL term is GRPO's (k3 loss by default). No critic
 
 from __future__ import annotations
 
-from .base import register_learner
+from .base import register_learner, register_method
+from .cory import CORY
 from .group import GroupLearner, group_stats
 from .structure import SINGLE
 
@@ -25,3 +26,6 @@ class DrGRPO(GroupLearner):
         """r - group mean."""
         r, mean = group_stats(returns, group)
         return (r - mean).flatten()
+
+
+register_method("cory-dr-grpo", "dr-grpo", CORY)  # dr-grpo on CORY's structure

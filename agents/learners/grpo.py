@@ -12,7 +12,8 @@ group whose rewards are all equal has zero advantage (no NaN). No critic.
 
 from __future__ import annotations
 
-from .base import register_learner
+from .base import register_learner, register_method
+from .cory import CORY
 from .group import GroupLearner, group_stats
 from .structure import SINGLE
 
@@ -29,3 +30,6 @@ class GRPO(GroupLearner):
         """(r - group mean) / (group std + eps)."""
         r, mean = group_stats(returns, group)
         return ((r - mean) / (r.std(1, keepdim=True) + EPS)).flatten()
+
+
+register_method("cory-grpo", "grpo", CORY)  # grpo on CORY's structure

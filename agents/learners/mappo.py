@@ -24,8 +24,8 @@ import torch
 from .base import LearnerConfig, register_learner, whiten_agents
 from .comm import Comm
 from .cory import CORY
-from .ippo import IPPO
 from .ppo import forward_passes, gae, value_loss
+from .ppo_learner import PPO
 from .shaping import token_rewards
 from .steps import clip_and_step, step_slices
 
@@ -100,7 +100,7 @@ def view(turn, rows: slice) -> SimpleNamespace:
 
 
 @register_learner("mappo", structure=CORY)
-class MAPPO(IPPO):
+class MAPPO(PPO):
     """K PPO actors with a shared centralized critic over the joint transcript."""
 
     extra_model_names = ("critic",)

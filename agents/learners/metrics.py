@@ -31,6 +31,12 @@ def last_round(x, turn):
     return x.view(getattr(turn, "rounds", 1), -1)[-1]
 
 
+def combined_eta(cfg) -> float:
+    """The η of the combined reward r − η·ΣKL, one value for a whole run so that its curves
+    and methods compare: the run's fixed KL weight (`eta`), else its initial coefficient."""
+    return float(cfg.eta if cfg.eta is not None else cfg.ppo.kl.beta)
+
+
 def turn_metrics(turn, eta: float, n_samples: int = 3) -> dict:
     """Metrics of one agent's turn; `combined_reward` = task reward - eta * sum KL. With
     rounds: the last round's task reward, the KL summed over the agent's turns of an episode,

@@ -52,7 +52,7 @@ class KLConfig:
     penalty: str = field(default="kl", metadata=meta(
         "per-token KL of the reward: kl | abs | mse | full", flag="kl-penalty"))
     where: str | None = field(default=None, metadata=meta(
-        "where beta acts: reward | loss (none: the algorithm's own; reward for PPO, loss for "
+        "where beta acts: reward | loss (none: the learner's own; reward for PPO, loss for "
         "grpo and dr-grpo)", flag="kl-where"))
     loss_estimator: str = field(default="k3", metadata=meta(
         "k1 | k2 | k3 (the KL as a loss)", flag="kl-loss-estimator"))
@@ -93,7 +93,6 @@ class PPOConfig:
 
     lr: float = field(default=1.41e-5, metadata=meta("learning rate"))
     ppo_epochs: int = field(default=4, metadata=meta("PPO epochs per iteration"))
-    batch_size: int = field(default=256, metadata={"cli": False})  # = TrainConfig.batch_size
     mini_batch_size: int = field(default=256, metadata=meta("rows of one forward/backward pass"))
     grad_accum_steps: int = field(default=1, metadata=meta("passes per optimizer step"))
     cliprange: float = field(default=0.2, metadata=meta("policy ratio clip"))
@@ -124,10 +123,9 @@ class PPOConfig:
     def __post_init__(self) -> None:
         self.validate()
 
-    @property
-    def effective_kl_horizon(self) -> float:
+    def kl_horizon(self, batch_size: int) -> float:
         """The adaptive controller's horizon: kl.horizon, scaled to the batch if asked."""
-        return self.kl.horizon * (self.batch_size / 256 if self.kl.scale_horizon else 1.0)
+        return self.kl.horizon * (batch_size / 256 if self.kl.scale_horizon else 1.0)
 
     @property
     def backward_batch_size(self) -> int:
@@ -141,7 +139,7 @@ class PPOConfig:
         def bad(name: str, rule: str) -> ValueError:
             return ValueError(f"PPOConfig.{name} {rule}, got {getattr(self, name)!r}")
 
-        for name in ("ppo_epochs", "batch_size", "mini_batch_size", "grad_accum_steps"):
+        for name in ("ppo_epochs", "mini_batch_size", "grad_accum_steps"):
             check_int(f"PPOConfig.{name}", getattr(self, name), 1)
         for name in ("lr", "cliprange", "cliprange_value", "ratio_threshold"):
             if not getattr(self, name) > 0:  # also rejects NaN
@@ -163,12 +161,6 @@ class PPOConfig:
                               ("credit", CREDITS)):
             if getattr(self, name) not in allowed:
                 raise bad(name, f"must be one of {allowed}")
-        if self.batch_size % self.backward_batch_size:
-            raise ValueError(
-                f"PPOConfig.batch_size={self.batch_size} must be divisible by "
-                f"mini_batch_size * grad_accum_steps = {self.mini_batch_size} * "
-                f"{self.grad_accum_steps} = {self.backward_batch_size}"
-            )
         return self
 
 

@@ -20,8 +20,8 @@ import numpy as np
 from ..llm.sampling import SamplingConfig
 from .base import register_learner, register_method
 from .cory import CORY
-from .ippo import IPPO
 from .ppo import PPOConfig
+from .ppo_learner import PPO
 from .structure import SINGLE
 
 OFFICIAL_MIN_TOKENS = 4  # the official code's LengthSampler(4, 16)
@@ -35,7 +35,7 @@ def drawn_length(seed: int, iteration: int, max_new_tokens: int) -> int:
 
 
 @register_learner("ppo-official", structure=SINGLE)
-class PPOOfficial(IPPO):
+class PPOOfficial(PPO):
     """PPO with the official CORY code's own settings (see the module docstring)."""
 
     max_new_tokens: int | None = None  # the env's T, from `attach`
@@ -63,14 +63,14 @@ class PPOOfficial(IPPO):
 
 
 @register_learner("ppo-2x", structure=SINGLE)
-class PPODoubleBatch(IPPO):
+class PPODoubleBatch(PPO):
     """PPO with twice the episodes per iteration: CORY's sample budget."""
 
     batch_multiplier = 2
 
 
 @register_learner("ppo-sampled-kl", structure=SINGLE)
-class PPOSampledKL(IPPO):
+class PPOSampledKL(PPO):
     """PPO with the sampled log-ratio as the per-token KL reward."""
 
     def agent_config(self, agent: str) -> PPOConfig:

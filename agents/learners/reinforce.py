@@ -7,7 +7,7 @@ batch (every rank's rows), divided by its std (GRPO-style), spread over every to
 response; the clipped PPO loss is reused with the value loss off.
 
     python -m benchmarks.run --methods ppo,reinforce     # it is now a method like any other
-    python -m benchmarks.run --methods reinforce/single  # the same algorithm on one agent
+    python -m benchmarks.run --methods reinforce/single  # the same learner on one agent
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from .base import register_learner, whiten_agents
+from .base import register_learner, register_method, whiten_agents
+from .cory import CORY
 from .credit import episodes_of, turns_of
 from .group import GroupLearner
 from .ppo import gae
@@ -43,3 +44,6 @@ class ReinforcePP(GroupLearner):
             b.advantages = white[a]
         return {a: self.agents[a].learn(b, turns[a], self.generator)
                 for a, b in batches.items()}
+
+
+register_method("cory-reinforce-pp", "reinforce-pp", CORY)  # reinforce-pp on CORY's structure

@@ -12,7 +12,8 @@ REINFORCE). No critic.
 
 from __future__ import annotations
 
-from .base import register_learner
+from .base import register_learner, register_method
+from .cory import CORY
 from .group import GroupLearner, group_stats
 from .structure import SINGLE
 
@@ -27,3 +28,6 @@ class RLOO(GroupLearner):
         """R_i minus the mean of the group's other returns."""
         r, _ = group_stats(returns, group)
         return (r - (r.sum(1, keepdim=True) - r) / (group - 1)).flatten()
+
+
+register_method("cory-rloo", "rloo", CORY)  # rloo on CORY's structure

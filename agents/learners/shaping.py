@@ -53,10 +53,11 @@ class FixedKLController:
         self.beta = float(state["beta"])
 
 
-def make_kl_controller(cfg: Any) -> AdaptiveKLController | FixedKLController:
-    """The controller a PPOConfig's `kl` asks for (adaptive if kl.adaptive)."""
+def make_kl_controller(cfg: Any, batch_size: int) -> AdaptiveKLController | FixedKLController:
+    """The controller a PPOConfig's `kl` asks for (adaptive if kl.adaptive) for a run of
+    `batch_size` episodes per iteration."""
     if cfg.kl.adaptive:
-        return AdaptiveKLController(cfg.kl.beta, cfg.kl.target, cfg.effective_kl_horizon)
+        return AdaptiveKLController(cfg.kl.beta, cfg.kl.target, cfg.kl_horizon(batch_size))
     return FixedKLController(cfg.kl.beta)
 
 

@@ -1,16 +1,16 @@
-"""How a run's agents are arranged, as a value: a run is an algorithm on a structure.
+"""How a run's agents are arranged, as a value: a run is a learner on a structure.
 
 A `Structure` is what the env is asked for (how many agents by default, whether a later agent
 reads the earlier answers, whose reward each is paid) and the role schedule (whether the
-models exchange positions every T_REx iterations). The algorithm (`agents.learners.base`'s
+models exchange positions every T_REx iterations). The learner (`agents.learners.base`'s
 registry: ppo, grpo, rloo, mappo, ...) turns the rollout into updates; it never decides the
 structure.
 
-    resolve_method("cory-grpo")        # Method(algorithm=GRPO, structure=cory)
-    resolve_method("grpo/cory-no-kt")  # any algorithm on any named structure
+    resolve_method("cory-grpo")        # Method(learner=GRPO, structure=cory)
+    resolve_method("grpo/cory-no-kt")  # any learner on any named structure
 
 A method name is either registered (every name of earlier versions: `cory`, `ippo`,
-`cory-no-kt`, `cory-grpo`, the arms...) or spelt `algorithm/structure`.
+`cory-no-kt`, `cory-grpo`, the arms...) or spelt `learner/structure`.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ _STRUCTURES: dict[str, Structure] = {}
 
 
 def register_structure(structure: Structure) -> Structure:
-    """Make a structure available by name (for `algorithm/structure` method names)."""
+    """Make a structure available by name (for `learner/structure` method names)."""
     if _STRUCTURES.get(structure.name, structure) != structure:
         raise ValueError(f"a different structure is already registered as {structure.name!r}")
     _STRUCTURES[structure.name] = structure

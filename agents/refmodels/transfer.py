@@ -202,7 +202,7 @@ def _pair_by_seed(ppo: list[str], observer_only: list[str]) -> dict[int, tuple[s
             state = read_checkpoint(path)
             cfg = saved_config(state)
             got, ok = resolve_method(cfg.method), resolve_method(want)
-            if (got.algorithm, got.structure) != (ok.algorithm, ok.structure):
+            if (got.learner, got.structure) != (ok.learner, ok.structure):
                 raise ValueError(f"checkpoint {path} was trained with method {cfg.method!r}, "
                                  f"not {want!r}")
             if int(state["iteration"]) != cfg.iterations:

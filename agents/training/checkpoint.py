@@ -19,7 +19,7 @@ from cory_common.files import atomic_write
 
 from .cli import flatten
 
-FORMAT = 2  # 2: today's setting names, the rotation alone, the KL controller's "beta"
+FORMAT = 3  # 3: the batch stored once (no ppo.batch_size); 2: the rotation alone, "beta"
 # Settings a resumed run may change: they do not change what the next iterations compute.
 RESUMABLE_CHANGES = ("iterations", "device", "placement")
 

@@ -20,7 +20,7 @@ import dataclasses
 import typing
 from typing import Any
 
-from cory_env import registered_tasks, task_options
+from cory_env import registered_tasks, task_defaults
 
 from ..learners.base import registered_methods, registered_structures
 
@@ -240,11 +240,11 @@ def from_dict(cls, data: dict):
 
 def catalogue() -> str:
     """The registered methods, tasks and each task's options, for a CLI's --help."""
-    lines = ["methods (an algorithm on a structure; --import adds yours; any algorithm/structure "
+    lines = ["methods (a learner on a structure; --import adds yours; any learner/structure "
              "is one too, structures: " + ", ".join(registered_structures()) + "):",
              "  " + ", ".join(registered_methods()), "tasks and their options (--task-options "
              "k=v,...; a task's tokenizer defaults to --model's when it takes one):"]
     for task in registered_tasks():
-        opts = ", ".join(f"{k}={v!r}" for k, v in task_options(task).items())
+        opts = ", ".join(f"{k}={v!r}" for k, v in task_defaults(task).items())
         lines.append(f"  {task}: {opts or '(none)'}")
     return "\n".join(lines)

@@ -36,7 +36,7 @@ class TrainConfig(LearnerConfig):
     task: str = field(default="sentiment", metadata=meta(
         "task name (cory_env.registered_tasks)", check=False))  # or a Task class / instance
     method: str = field(default="cory", metadata=meta(
-        "method: a registered name (registered_methods) or algorithm/structure"))
+        "method: a registered name (registered_methods) or learner/structure"))
     model: str | None = field(default=None, metadata=meta(
         "HF name or local folder; none: the offline task's reference LM"))
     n_agents: int | None = field(default=None, metadata=meta(
@@ -49,7 +49,6 @@ class TrainConfig(LearnerConfig):
     adapters: dict[str, str] = field(default_factory=dict, metadata=meta(
         "a PEFT LoRA adapter folder per agent on the one base model (or a list)"))
     iterations: int = field(default=20, metadata=meta("training iterations"))
-    batch_size: int = field(default=32, metadata=meta("episodes per iteration"))
     max_new_tokens: int | None = field(default=None, metadata=meta(
         "tokens per answer (none: the task's default)"))
     seed: int = field(default=0, metadata=meta("seed of models, sampling and data order"))
@@ -70,7 +69,7 @@ class TrainConfig(LearnerConfig):
     # The KL horizon scales with the batch (10000 x 32 / 256 here), so beta adapts per
     # iteration as fast as in the paper's batch-256 runs (`--no-scale-kl-horizon`: raw).
     ppo: PPOConfig = field(default_factory=lambda: PPOConfig(
-        lr=1e-4, batch_size=32, mini_batch_size=32,
+        lr=1e-4, mini_batch_size=32,
         kl=KLConfig(penalty="full", scale_horizon=True)))
 
     def validate(self) -> TrainConfig:
@@ -82,7 +81,7 @@ class TrainConfig(LearnerConfig):
         cfg = dataclasses.replace(self)
         cfg._check_kinds()
         cfg._check_model_paths()
-        method = resolve_method(cfg.method)  # once: the algorithm and its structure
+        method = resolve_method(cfg.method)  # once: the learner and its structure
         k = cfg.agents_count(method)
         names = list(agent_names(k))
         cfg._check_agents(k, names)
@@ -160,35 +159,30 @@ class TrainConfig(LearnerConfig):
         self._check_lengths(task, k)
 
     def _check_numbers(self) -> None:
-        """Counts and the seed; the PPO batch follows the run's batch."""
+        """Counts and the seed; with no PPO setting given, the mini-batch fits the batch."""
         check_int("iterations", self.iterations, 1)
-        check_int("batch_size", self.batch_size, 1)
         check_int("max_new_tokens", self.max_new_tokens, 1, none_ok=True)
         check_int("seed", self.seed, 0, 2 ** 32)  # what numpy and torch seed from
-        default = TrainConfig.__dataclass_fields__["ppo"].default_factory()
-        if all(getattr(self.ppo, f.name) == getattr(default, f.name)
-               for f in dataclasses.fields(PPOConfig) if f.name != "batch_size"):
-            mini_batch_follows(self, {"batch_size"})  # no PPO setting was given
-        if self.ppo.batch_size != self.batch_size:
-            self.ppo = dataclasses.replace(self.ppo, batch_size=self.batch_size)
+        if self.ppo == TrainConfig.__dataclass_fields__["ppo"].default_factory():
+            mini_batch_follows(self, {"batch_size"})
 
     def _check_run(self, names: list[str], method) -> None:
         """The group size, 4-bit loading, precision, switches and devices."""
-        group = self.group_size or method.algorithm.group_size
+        group = self.group_size or method.learner.group_size
         if self.batch_size % group:
             raise ValueError(f"batch_size={self.batch_size} must be divisible by the group size "
                              f"{group} (answers per query of {self.method!r}; set group_size)")
         check_int("rounds", self.rounds, 1)
         if method.structure.shared_policy:
-            if not method.algorithm.shares_policy:
-                raise ValueError(f"{self.method!r}: the {method.algorithm.name} learner cannot "
+            if not method.learner.shares_policy:
+                raise ValueError(f"{self.method!r}: the {method.learner.name} learner cannot "
                                  f"train one shared policy on every position (ppo can)")
             if self.models or self.adapters:
                 raise ValueError(f"{self.method!r} has one model for every position: models= "
                                  f"and adapters= per agent do not apply")
-        if self.rounds > 1 and not method.algorithm.takes_rounds:
+        if self.rounds > 1 and not method.learner.takes_rounds:
             raise ValueError(f"{self.method!r} cannot train on rounds={self.rounds} (its "
-                             f"{method.algorithm.name} learner reads one round); use rounds=1")
+                             f"{method.learner.name} learner reads one round); use rounds=1")
         if self.load_in_4bit and self.lora is None:
             raise ValueError("load_in_4bit=True needs LoRA (set lora)")
         check_mixed_precision(self.mixed_precision)
@@ -196,7 +190,7 @@ class TrainConfig(LearnerConfig):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         check_device("device", self.device)
-        models = [*names, *method.algorithm.extra_model_names]
+        models = [*names, *method.learner.extra_model_names]
         for agent, dev in self.placement.items():
             if agent not in models:
                 raise ValueError(f"placement key {agent!r} must be one of {models}")
@@ -266,16 +260,14 @@ def mini_batch_follows(cfg: TrainConfig, given: set[str]) -> TrainConfig:
     if not isinstance(b, int) or b < 1 or b % ppo.backward_batch_size == 0:
         return cfg
     accum = ppo.grad_accum_steps if b % ppo.grad_accum_steps == 0 else 1
-    cfg.ppo = dataclasses.replace(ppo, batch_size=b, mini_batch_size=b // accum,
-                                  grad_accum_steps=accum)
+    cfg.ppo = dataclasses.replace(ppo, mini_batch_size=b // accum, grad_accum_steps=accum)
     return cfg
 
 
 def more_samples(cfg: TrainConfig, k: int) -> TrainConfig:
     """cfg with k times the episodes per iteration and as many optimizer steps (each step's
     batch grows k-fold through gradient accumulation, so a pass holds as many rows)."""
-    ppo = dataclasses.replace(cfg.ppo, batch_size=cfg.batch_size * k,
-                              grad_accum_steps=cfg.ppo.grad_accum_steps * k)
+    ppo = dataclasses.replace(cfg.ppo, grad_accum_steps=cfg.ppo.grad_accum_steps * k)
     return dataclasses.replace(cfg, batch_size=cfg.batch_size * k, ppo=ppo)
 
 

@@ -6,8 +6,8 @@
     for metrics in trainer.run():
         print(metrics["llm_0"]["task_reward"])
 
-A method is an algorithm on a structure (`agents.learners.base.resolve_method`): a registered name
-(`registered_methods()`) or `algorithm/structure`. Its settings are a TrainConfig
+A method is a learner on a structure (`agents.learners.base.resolve_method`): a registered name
+(`registered_methods()`) or `learner/structure`. Its settings are a TrainConfig
 (`agents.training.config`).
 """
 
@@ -213,7 +213,7 @@ class Trainer:
         for agent, dev in cfg.placement.items():
             check_device(f"placement[{agent!r}]", dev, present=True)
         self.method = resolve_method(cfg.method)
-        self.learner_cls = self.method.algorithm
+        self.learner_cls = self.method.learner
         if self.learner_cls.batch_multiplier > 1:
             self.cfg = cfg = more_samples(cfg, self.learner_cls.batch_multiplier)
         agents = list(agent_names(cfg.agents_count()))

@@ -10,10 +10,10 @@ from .base import (
            register_builtin,
            register_task,
            registered_tasks,
-           task_options,
+           task_defaults,
 )
 
 register_builtin()
 
 __all__ = ["Query", "Task", "is_exact_match", "make_task", "offline_model", "register_task",
-           "registered_tasks", "task_options"]
+           "registered_tasks", "task_defaults"]

@@ -249,7 +249,7 @@ def make_task(task, **kwargs) -> Task:
         if task not in _REGISTRY:
             raise ValueError(unknown_task(task))
         factory = _REGISTRY[task]
-        accepted = task_options(task)
+        accepted = task_defaults(task)
         takes_any = any(p.kind == p.VAR_KEYWORD for p in _parameters(factory))
         unknown = sorted(set(kwargs) - set(accepted))
         if unknown and not takes_any:
@@ -289,7 +289,7 @@ def unknown_task(name) -> str:
             f"lines: --import MODULE or --import path/to/file.py)")
 
 
-def task_options(name: str) -> dict[str, Any]:
+def task_defaults(name: str) -> dict[str, Any]:
     """The keyword options of a registered task and their defaults (from its signature)."""
     _discover()
     if name not in _REGISTRY:

@@ -16,7 +16,7 @@ import tempfile
 import torch
 
 from agents.learners.base import register_learner
-from agents.learners.ippo import IPPO
+from agents.learners.ppo_learner import PPO
 from agents.training.train import Trainer
 
 from .common import course_config, course_lm
@@ -29,11 +29,11 @@ def difference_rewards(own: torch.Tensor, collective: torch.Tensor) -> torch.Ten
 
 
 @register_learner("ippo-difference")
-class DifferenceIPPO(IPPO):
-    """IPPO on the collective-reward env, but each agent is paid its difference reward."""
+class DifferencePPO(PPO):
+    """PPO for each agent on the collective-reward env, each paid its difference reward."""
 
     def update(self, turns, iteration):
-        """Swap each turn's env reward for its difference reward, then run IPPO."""
+        """Swap each turn's env reward for its difference reward, then run PPO."""
         collective = sum(t.task_reward for t in turns.values())
         for turn in turns.values():
             turn.reward = difference_rewards(turn.task_reward, collective)

@@ -31,7 +31,7 @@ cory_env.register_task("toy", ToyTask)
 
 
 def config(toy_lm, method="ppo", **kw):
-    ppo = PPOConfig(batch_size=16, mini_batch_size=8, lr=3e-3, kl=KLConfig(beta=0.05),
+    ppo = PPOConfig(mini_batch_size=8, lr=3e-3, kl=KLConfig(beta=0.05),
                     credit=kw.pop("credit", "episode"))
     return TrainConfig(task=kw.pop("task", "first-word-counts"), method=method, model=toy_lm,
                        batch_size=16, ppo=ppo, iterations=kw.pop("iterations", 2), **kw)
@@ -125,9 +125,9 @@ def test_mappo_reads_every_rounds_transcript_and_trains(toy_lm, method):
 
 
 def test_a_learner_that_reads_one_round_is_refused_rounds_by_name(toy_lm, monkeypatch):
-    from agents.learners.ippo import IPPO
+    from agents.learners.ppo_learner import PPO
 
-    monkeypatch.setattr(IPPO, "takes_rounds", False)
+    monkeypatch.setattr(PPO, "takes_rounds", False)
     with pytest.raises(ValueError, match="'cory' cannot train on rounds=3 .*use rounds=1"):
         config(toy_lm, "cory", task="toy", rounds=3).validate()
     config(toy_lm, "cory", task="toy", rounds=1).validate()

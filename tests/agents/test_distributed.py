@@ -40,7 +40,7 @@ def config(model, method="cory", **kw):
     from agents.training.config import TrainConfig
 
     batch = kw.pop("batch_size", 8)
-    ppo = PPOConfig(batch_size=batch, mini_batch_size=kw.pop("mini_batch_size", 4), ppo_epochs=2,
+    ppo = PPOConfig(mini_batch_size=kw.pop("mini_batch_size", 4), ppo_epochs=2,
                     lr=3e-3, kl=KLConfig(beta=0.05))
     return TrainConfig(task=kw.pop("task", "shardtoy"), method=method, model=model,
                        batch_size=batch, ppo=ppo, iterations=kw.pop("iterations", 3), **kw)
@@ -497,7 +497,7 @@ def test_a_token_cap_or_compiled_passes_are_refused_across_processes():
     from agents.learners.ppo import PPOConfig
     from agents.training.config import TrainConfig
 
-    capped = TrainConfig(batch_size=8, ppo=PPOConfig(batch_size=8, mini_batch_size=8,
+    capped = TrainConfig(batch_size=8, ppo=PPOConfig(mini_batch_size=8,
                                                      max_tokens_per_pass=256))
     with pytest.raises(ValueError, match="ppo.max_tokens_per_pass=256 is single-proc"):
         check_single_process_options(capped)

@@ -17,8 +17,8 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 import cory_env
 from agents.learners.base import register_learner, registered_methods
-from agents.learners.ippo import IPPO
 from agents.learners.ppo import KLConfig, PPOConfig
+from agents.learners.ppo_learner import PPO
 from agents.training.config import TrainConfig
 from agents.training.train import Trainer
 from cory_common import plugins
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def config(model, method="cory", **kw):
-    ppo = PPOConfig(batch_size=8, mini_batch_size=4, ppo_epochs=2, lr=3e-3, kl=KLConfig(beta=0.05),
+    ppo = PPOConfig(mini_batch_size=4, ppo_epochs=2, lr=3e-3, kl=KLConfig(beta=0.05),
                     **kw.pop("ppo", {}))
     return TrainConfig(task="toy", method=method, model=model, batch_size=8, ppo=ppo,
                        iterations=kw.pop("iterations", 4), **kw)
@@ -42,12 +42,12 @@ def numbers(metrics):
 # ----------------------------------------------------------------------------- plug-ins
 PLUGIN = textwrap.dedent('''
     from agents.learners.base import register_learner
-    from agents.learners.ippo import IPPO
+    from agents.learners.ppo_learner import PPO
     from cory_env import register_task
     from cory_env.tasks.offline import SentimentTask
 
     @register_learner("plugin-ippo")
-    class PluginIPPO(IPPO):
+    class PluginPPO(PPO):
         """A user's learner."""
 
     @register_task("plugin-sentiment")
@@ -108,7 +108,7 @@ def test_entry_points_register_without_an_import(tmp_path, monkeypatch):
 def test_built_in_names_cannot_be_replaced():
     with pytest.raises(ValueError, match="learner name 'ppo' is built in"):
         @register_learner("ppo")
-        class MyPPO(IPPO):
+        class MyPPO(PPO):
             pass
     with pytest.raises(ValueError, match="task name 'sentiment' is built in"):
         cory_env.register_task("sentiment", ToyTask)
@@ -308,13 +308,13 @@ def test_a_task_that_takes_the_run_tokenizer_gets_the_models(tmp_path):
     cory_env.register_task("tok-toy", TokTask)
     lm = save_toy_lm(tmp_path / "lm")
     trainer = Trainer(TrainConfig(task="tok-toy", method="ppo", model=lm, batch_size=8,
-                                  ppo=PPOConfig(batch_size=8, mini_batch_size=8)))
+                                  ppo=PPOConfig(mini_batch_size=8)))
     env = trainer.env
     assert env.task.tokenizer is env.tokenizer  # queries are cut with the model's tokenizer
     assert env.task.queries()[0].ids == tuple(env.tokenizer.encode("the movie was"))
     own = cory_env.make_task("toy")
     trainer = Trainer(TrainConfig(task=own, method="ppo", model=lm, batch_size=8,
-                                  ppo=PPOConfig(batch_size=8, mini_batch_size=8)))
+                                  ppo=PPOConfig(mini_batch_size=8)))
     assert trainer.env.task.tokenizer is not trainer.env.tokenizer  # not declared: its own
 
 
@@ -381,8 +381,8 @@ def test_an_unknown_task_option_is_named_with_the_accepted_ones():
 
 
 def test_validate_returns_the_run_config_and_leaves_the_given_one_as_it_was(toy_lm):
-    """Validation derives on a copy: the PPO batch follows the run's, a list of models is
-    keyed by agent, and the config handed in is unchanged (validating twice: the same run)."""
+    """Validation derives on a copy: a list of models is keyed by agent, and the config handed
+    in is unchanged (validating twice: the same run)."""
     import copy
 
     cfg = config(toy_lm, method="cory")
@@ -391,4 +391,4 @@ def test_validate_returns_the_run_config_and_leaves_the_given_one_as_it_was(toy_
     run = cfg.validate()
     assert cfg == before and cfg.models == [toy_lm, toy_lm]
     assert run is not cfg and run.models == {"llm_0": toy_lm, "llm_1": toy_lm}
-    assert cfg.ppo.batch_size == 8 and run.ppo.batch_size == 4 and run.validate() == run
+    assert run.batch_size == 4 and run.validate() == run

@@ -118,7 +118,7 @@ def test_shared_prefill_equals_a_pass_per_row(toy_lm):
 
 
 def test_learners_see_the_group_and_the_pool(toy_lm):
-    ppo = PPOConfig(batch_size=8, mini_batch_size=4, lr=1e-3)
+    ppo = PPOConfig(mini_batch_size=4, lr=1e-3)
     trainer = Trainer(TrainConfig(task="toy", method="grpo", model=toy_lm, batch_size=8,
                                   ppo=ppo, iterations=1))
     seen = {}
@@ -136,7 +136,7 @@ def test_learners_see_the_group_and_the_pool(toy_lm):
 
 
 def test_a_group_learner_refuses_a_group_that_does_not_fit(toy_lm):
-    ppo = PPOConfig(batch_size=6, mini_batch_size=6)
+    ppo = PPOConfig(mini_batch_size=6)
     with pytest.raises(ValueError, match="batch_size=6 must be divisible by the group size 4"):
         TrainConfig(task="toy", method="grpo", model=toy_lm, batch_size=6, ppo=ppo).validate()
     with pytest.raises(ValueError, match="grpo needs group_size >= 2"):
@@ -154,7 +154,7 @@ def course_run(model, method, iterations=6, seed=0):
     """llm_0's reward curve on the course prompts with the `colours` reward (colour words in
     the answer, 0-2: dense enough for a tiny LM to learn in seconds; the course's exact-colour
     reward plateaus near 0.1 for every learner, PPO included, at this size)."""
-    ppo = PPOConfig(batch_size=32, mini_batch_size=16, lr=1e-2,
+    ppo = PPOConfig(mini_batch_size=16, lr=1e-2,
                     kl=KLConfig(beta=0.02, penalty="kl"))
     cfg = TrainConfig(task="colours", method=method, model=model, batch_size=32, seed=seed,
                       iterations=iterations, t_rex=3, ppo=ppo)
@@ -175,7 +175,7 @@ def test_group_learners_are_deterministic_under_a_seed(course_model):
 @pytest.mark.parametrize("method", ["cory", "mappo"])
 def test_per_agent_norm_chooses_whose_statistics_whiten_the_advantages(toy_lm, method):
     def advantages(per_agent_norm):
-        ppo = PPOConfig(batch_size=8, mini_batch_size=4, lr=1e-3)
+        ppo = PPOConfig(mini_batch_size=4, lr=1e-3)
         trainer = Trainer(TrainConfig(task="toy", method=method, model=toy_lm, batch_size=8,
                                       ppo=ppo, iterations=1, per_agent_norm=per_agent_norm))
         got = {}
@@ -183,7 +183,7 @@ def test_per_agent_norm_chooses_whose_statistics_whiten_the_advantages(toy_lm, m
             learn = agent.learn
 
             def spy(batch, turn, gen, learn=learn, name=name):
-                if batch.advantages is None:  # IPPO whitens inside ppo_update
+                if batch.advantages is None:  # the ppo learner whitens inside ppo_update
                     from agents.learners.ppo import prepare_advantages
                     prepare_advantages(batch, trainer.learner.agents[name].cfg)
                 got[name] = batch.advantages[batch.response_mask > 0]

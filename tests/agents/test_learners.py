@@ -19,7 +19,7 @@ cory_env.register_task("toy", ToyTask)
 
 
 def config(toy_lm, method, **kw):
-    ppo = PPOConfig(batch_size=16, mini_batch_size=8, lr=3e-3, kl=KLConfig(beta=0.05),
+    ppo = PPOConfig(mini_batch_size=8, lr=3e-3, kl=KLConfig(beta=0.05),
                     max_tokens_per_pass=kw.pop("max_tokens_per_pass", None),
                     old_logprobs=kw.pop("old_logprobs", "auto"))
     return TrainConfig(task="toy", method=method, model=toy_lm, batch_size=16, ppo=ppo,

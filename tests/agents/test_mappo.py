@@ -22,7 +22,8 @@ PAD, EOS = 0, 9
 def config(toy_lm, method="mappo", **ppo):
     kw = dict(batch_size=8, mini_batch_size=4, lr=3e-3, kl=KLConfig(beta=0.05), ppo_epochs=2)
     kw.update(ppo)
-    return TrainConfig(task="toy", method=method, model=toy_lm, batch_size=kw["batch_size"],
+    batch = kw.pop("batch_size")
+    return TrainConfig(task="toy", method=method, model=toy_lm, batch_size=batch,
                        ppo=PPOConfig(**kw), iterations=4)
 
 

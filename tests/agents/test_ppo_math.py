@@ -84,7 +84,7 @@ def test_prepare_advantages_whitens_over_mask():
         old_values=torch.randn(3, 4, generator=g),
         ref_logprobs=torch.zeros(3, 4), rewards=torch.randn(3, 4, generator=g),
     )
-    prepare_advantages(b, PPOConfig(batch_size=3, mini_batch_size=3))
+    prepare_advantages(b, PPOConfig(mini_batch_size=3))
     assert abs(masked_mean(b.advantages, mask).item()) < 1e-6
     assert abs(masked_var(b.advantages, mask).item() - 1.0) < 1e-4
     assert (b.advantages[mask == 0] == 0).all()
@@ -237,8 +237,8 @@ def test_adaptive_kl_controller_formula_and_state():
     assert fixed2.beta == 0.01
     with pytest.raises(KeyError, match="beta"):  # an earlier version's "value" is not read
         fixed2.load_state_dict({"value": 0.5})
-    assert isinstance(make_kl_controller(IMDB_PRESET), AdaptiveKLController)
-    assert isinstance(make_kl_controller(gsm8k_preset("cory")), FixedKLController)
+    assert isinstance(make_kl_controller(IMDB_PRESET, 256), AdaptiveKLController)
+    assert isinstance(make_kl_controller(gsm8k_preset("cory"), 32), FixedKLController)
 
 
 # --------------------------------------------------------------------------- scores
@@ -277,7 +277,7 @@ def test_scale_scores_scaling_norm_and_clip():
 
 # --------------------------------------------------------------------------- config
 @pytest.mark.parametrize("field,value", [
-    ("lr", -1e-5), ("lr", NAN), ("ppo_epochs", 0), ("batch_size", 0), ("mini_batch_size", 2.5),
+    ("lr", -1e-5), ("lr", NAN), ("ppo_epochs", 0), ("mini_batch_size", 0), ("mini_batch_size", 2.5),
     ("cliprange", 0.0), ("vf_coef", -0.1), ("gamma", 1.5), ("lam", -0.1),
     ("score_clip", 0.0), ("max_grad_norm", -1.0),
     ("early_stop_kl", -0.5), ("ratio_threshold", 0.0), ("entropy_coef", -0.01),
@@ -306,19 +306,26 @@ def test_kl_config_validate_names_the_field(field, value):
 
 
 def test_config_batch_divisibility_and_presets():
-    with pytest.raises(ValueError, match="batch_size=32 must be divisible"):
-        PPOConfig(batch_size=32, mini_batch_size=4, grad_accum_steps=3)
-    assert PPOConfig(batch_size=24, mini_batch_size=4, grad_accum_steps=3).backward_batch_size == 12
+    from agents.learners.base import LearnerConfig
+    from benchmarks.presets import GSM8K_BATCH, IMDB_BATCH
+
+    ppo = PPOConfig(mini_batch_size=4, grad_accum_steps=3)
+    assert ppo.backward_batch_size == 12
+    with pytest.raises(ValueError, match="batch_size=32 must be divisible by mini_batch_size "
+                                         r"\* grad_accum_steps = 4 \* 3 = 12"):
+        LearnerConfig(batch_size=32, ppo=ppo).validate()
+    assert LearnerConfig(batch_size=24, ppo=ppo).validate().batch_size == 24
     assert PPOConfig().validate() == PPOConfig()
+    assert not hasattr(PPOConfig(), "batch_size")  # the batch is the run's, stored once
     imdb = IMDB_PRESET
-    assert (imdb.lr, imdb.batch_size, imdb.mini_batch_size) == (1.41e-5, 256, 256)
+    assert (imdb.lr, IMDB_BATCH, imdb.mini_batch_size) == (1.41e-5, 256, 256)
     assert (imdb.ppo_epochs, imdb.grad_accum_steps, imdb.kl.penalty) == (4, 1, "full")
     assert (imdb.kl.beta, imdb.vf_coef, imdb.gamma, imdb.lam) == (0.3, 0.1, 1.0, 0.95)
     assert imdb.kl.adaptive and imdb.kl.target == 6.0 and imdb.kl.horizon == 10000
     cory, ppo = gsm8k_preset("cory"), gsm8k_preset("PPO")
     assert (cory.lr, ppo.lr) == (1e-4, 1e-5)
     for cfg in (cory, ppo):
-        assert (cfg.batch_size, cfg.mini_batch_size, cfg.grad_accum_steps) == (32, 2, 16)
+        assert (GSM8K_BATCH, cfg.mini_batch_size, cfg.grad_accum_steps) == (32, 2, 16)
         assert cfg.kl.beta == 0.01 and not cfg.kl.adaptive
     with pytest.raises(ValueError, match="grpo"):
         gsm8k_preset("grpo")
@@ -376,7 +383,7 @@ def even_prob(policy, batch):
     return out["logprobs"][even, 0].exp().mean().item(), loss.item()
 
 
-CFG = PPOConfig(lr=1e-2, ppo_epochs=4, batch_size=B, mini_batch_size=4, grad_accum_steps=2)
+CFG = PPOConfig(lr=1e-2, ppo_epochs=4, mini_batch_size=4, grad_accum_steps=2)
 
 
 def test_ppo_update_improves_surrogate_and_raises_good_tokens():

@@ -36,7 +36,7 @@ def cache(tmp_path_factory, monkeypatch):
 
 def _cfg(model, **kw) -> TrainConfig:
     base = dict(task="reviews", method="cory", model=model, iterations=2, batch_size=4,
-                max_new_tokens=6, ppo=PPOConfig(lr=1e-3, batch_size=4, mini_batch_size=4))
+                max_new_tokens=6, ppo=PPOConfig(lr=1e-3, mini_batch_size=4))
     return TrainConfig(**{**base, **kw})
 
 
@@ -160,8 +160,7 @@ def test_alone_answers_are_scored_in_length_order_with_the_rollouts_numbers(tiny
     from cory_env import BatchedCoryEnv
 
     trainer = Trainer(_cfg(tiny_gguf, method="ppo", lora=LoraSettings(r=4),
-                           mixed_precision="bf16", ppo=PPOConfig(lr=3e-3, batch_size=4,
-                                                                 mini_batch_size=4)))
+                           mixed_precision="bf16", ppo=PPOConfig(lr=3e-3, mini_batch_size=4)))
     policy, sampling = trainer.learner.policies["llm_0"], trainer.cfg.sampling
     env = BatchedCoryEnv(batch_size=8, task=trainer.env.task, tokenizer=trainer.env.tokenizer,
                          max_new_tokens=6, split="test", n_agents=1, seed=0)

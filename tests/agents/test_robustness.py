@@ -20,7 +20,7 @@ cory_env.register_task("toy", ToyTask)
 
 
 def config(model, method="cory", **kw):
-    ppo = PPOConfig(batch_size=8, mini_batch_size=4, ppo_epochs=2, lr=3e-3, kl=KLConfig(beta=0.05),
+    ppo = PPOConfig(mini_batch_size=4, ppo_epochs=2, lr=3e-3, kl=KLConfig(beta=0.05),
                     **kw.pop("ppo", {}))
     return TrainConfig(task=kw.pop("task", "toy"), method=method, model=model, batch_size=8,
                        ppo=ppo, iterations=kw.pop("iterations", 3), **kw)

@@ -1,4 +1,4 @@
-"""A run is an algorithm on a structure; the KL coefficient is one setting, beta."""
+"""A run is a learner on a structure; the KL coefficient is one setting, beta."""
 
 import argparse
 import dataclasses
@@ -10,14 +10,14 @@ import cory_env
 from agents.learners.base import (
     Learner,
     register_learner,
-    registered_algorithms,
+    registered_learners,
     registered_methods,
     registered_structures,
     resolve_method,
 )
 from agents.learners.cory import CORY, CORY_NO_KT, CORY_NO_RE
-from agents.learners.ippo import IPPO
 from agents.learners.ppo import KLConfig, PPOConfig
+from agents.learners.ppo_learner import PPO
 from agents.learners.structure import INDEPENDENT, SINGLE, Structure
 from agents.training.config import (
     TrainConfig,
@@ -30,7 +30,7 @@ cory_env.register_task("toy", ToyTask)
 
 
 def config(toy_lm, method, **kw):
-    ppo = PPOConfig(batch_size=8, mini_batch_size=8, lr=3e-3, kl=kw.pop("kl", KLConfig(beta=0.05)))
+    ppo = PPOConfig(mini_batch_size=8, lr=3e-3, kl=kw.pop("kl", KLConfig(beta=0.05)))
     return TrainConfig(task="toy", method=method, model=toy_lm, batch_size=8, ppo=ppo,
                        iterations=kw.pop("iterations", 2), **kw)
 
@@ -39,8 +39,8 @@ def numbers(rows):
     return [{k: v for k, v in m.items() if not k.startswith("time_")} for m in rows]
 
 
-def test_every_method_name_resolves_to_an_algorithm_on_a_structure():
-    pairs = {name: (m.algorithm.name, m.structure.name)
+def test_every_method_name_resolves_to_a_learner_on_a_structure():
+    pairs = {name: (m.learner.name, m.structure.name)
              for name, m in ((n, resolve_method(n)) for n in registered_methods())}
     assert pairs["ppo"] == ("ppo", "single") and pairs["ippo"] == ("ppo", "independent")
     assert pairs["cory"] == ("ppo", "cory") and pairs["cory-no-kt"] == ("ppo", "cory-no-kt")
@@ -50,9 +50,9 @@ def test_every_method_name_resolves_to_an_algorithm_on_a_structure():
     assert {"single", "independent", "cory", "cory-no-kt", "cory-no-re"} <= \
         set(registered_structures())
     assert {"ppo", "grpo", "dr-grpo", "rloo", "reinforce-pp", "reinforce", "mappo"} <= \
-        set(registered_algorithms())
+        set(registered_learners())
     m = resolve_method("rloo/cory-no-re")
-    assert m.algorithm.name == "rloo" and m.structure == CORY_NO_RE and m.n_agents == 2
+    assert m.learner.name == "rloo" and m.structure == CORY_NO_RE and m.n_agents == 2
     # a structure is a value: CORY's ablations differ from it in one field each
     assert {f.name for f in dataclasses.fields(Structure)
             if getattr(CORY, f.name) != getattr(CORY_NO_KT, f.name)} == \
@@ -61,7 +61,7 @@ def test_every_method_name_resolves_to_an_algorithm_on_a_structure():
 
 @pytest.mark.parametrize("name,message", [
     ("nope", "unknown method 'nope'"), ("grpo/nowhere", "unknown structure 'nowhere'"),
-    ("nothing/cory", "unknown algorithm 'nothing'"),
+    ("nothing/cory", "unknown learner 'nothing'"),
 ])
 def test_unknown_names_are_refused_by_name(toy_lm, name, message):
     with pytest.raises(ValueError, match=message):
@@ -89,10 +89,10 @@ def test_the_structure_sets_the_env_and_the_schedule(toy_lm):
     assert all(fixed.learner.reset_options(i)["rotation"] == 0 for i in range(20))
 
 
-def test_a_plugin_algorithm_runs_on_any_structure(toy_lm):
+def test_a_plugin_learner_runs_on_any_structure(toy_lm):
     @register_learner("test-structure-ppo")
-    class Mine(IPPO):
-        """A user's algorithm (its own name: two independent agents, the class default)."""
+    class Mine(PPO):
+        """A user's learner (its own name: two independent agents, the class default)."""
 
     assert resolve_method("test-structure-ppo").structure == INDEPENDENT
     trainer = Trainer(config(toy_lm, "test-structure-ppo/cory", iterations=1))
@@ -125,7 +125,7 @@ def test_beta_is_one_setting_from_the_command_line_to_the_loss(toy_lm):
     assert seen and set(seen) == {0.07}
 
 
-def test_where_the_kl_acts_defaults_to_the_algorithm_and_is_refused_where_it_cannot(toy_lm):
+def test_where_the_kl_acts_defaults_to_the_learner_and_is_refused_where_it_cannot(toy_lm):
     assert {a.cfg.kl.where for a in Trainer(config(toy_lm, "grpo")).learner.agents.values()} \
         == {"loss"}
     assert {a.cfg.kl.where for a in Trainer(config(toy_lm, "cory")).learner.agents.values()} \
@@ -146,7 +146,11 @@ def test_run_folders_and_checkpoints_of_an_earlier_format_are_refused_by_name(tm
 
     (tmp_path / "run_config.json").write_text(json.dumps(
         {"format": 2, "train": {"ppo": {"init_kl_coef": 0.2, "kl_in": "reward"}}}))
-    with pytest.raises(ValueError, match="run-folder format 2, this version reads format 3"):
+    with pytest.raises(ValueError, match="run-folder format 2, this version reads format 4"):
+        RunData.load(tmp_path)
+    # format 3 recorded the training combined reward at the current beta: refused too
+    (tmp_path / "run_config.json").write_text(json.dumps({"format": 3, "train": {}}))
+    with pytest.raises(ValueError, match="run-folder format 3, this version reads format 4"):
         RunData.load(tmp_path)
     with pytest.raises(ValueError, match=f"checkpoint format 1, this version reads format "
                                          f"{FORMAT} only"):

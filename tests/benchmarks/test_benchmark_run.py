@@ -115,6 +115,13 @@ def test_alone_evaluation_is_paired_and_leaves_training_untouched(tiny_lm, tmp_p
     for e in alone:
         assert e["combined_reward"] == pytest.approx(e["task_reward"] - e["eta"] * e["kl"])
         assert e["eta"] == 0.3  # the initial KL coefficient, fixed
+    # one definition of the combined reward: training records use the same fixed eta while
+    # beta adapts (the current beta is the record's "beta")
+    trained = rec.read_jsonl(every / "metrics.jsonl")
+    assert any(r["beta"] != 0.3 for r in trained)
+    for r in trained:
+        assert r["eta"] == 0.3
+        assert r["combined_reward"] == pytest.approx(r["task_reward"] - 0.3 * r["kl"], abs=1e-5)
     later = {(e["model"], e["method"]): e["role"] for e in alone if e["iteration"] == 1}
     assert later == {("llm_0", "ppo"): "pioneer", ("llm_0", "cory"): "pioneer",
                      ("llm_1", "cory"): "observer"}
@@ -122,7 +129,7 @@ def test_alone_evaluation_is_paired_and_leaves_training_untouched(tiny_lm, tmp_p
 
 def test_group_learners_run_through_the_benchmark_alone_and_under_cory(tiny_lm, tmp_path):
     methods = ["grpo", "dr-grpo", "rloo", "reinforce-pp", "cory-grpo", "cory-reinforce-pp",
-               "rloo/cory-no-kt"]  # any algorithm on any structure is a method too
+               "rloo/cory-no-kt"]  # any learner on any structure is a method too
     out = tmp_path / "run"
     report = main(["--quick", "--model", tiny_lm, "--out", str(out), *TINY, "--tasks",
                    "sentiment", "--methods", ",".join(methods)])
@@ -309,12 +316,12 @@ def test_study_preset_runs_the_arms_long_enough_to_decide():
     assert math_.tasks == ["reasoning"] and cory_env.make_task("reasoning").exact_match
     assert math_.eval_problems >= 69 and {"ppo", "cory"} <= set(math_.methods)
     # the KL controller's horizon follows the batch: 10000 x 32 / 256
-    assert default.train.ppo.effective_kl_horizon == 1250
+    assert default.train.ppo.kl_horizon(default.train.batch_size) == 1250
     raw = resolve_config("offline", scale_kl_horizon=False)
-    assert raw.train.ppo.effective_kl_horizon == 10000
+    assert raw.train.ppo.kl_horizon(raw.train.batch_size) == 10000
     imdb = resolve_config("imdb", device="cpu")
     tc = benchmarks.train_config(imdb, benchmarks.run_specs(imdb)[0])
-    assert tc.ppo.effective_kl_horizon == 10000  # batch 256: the paper's own
+    assert tc.ppo.kl_horizon(tc.batch_size) == 10000  # batch 256: the paper's own
 
 
 # ------------------------------------------------------------------------------- helpers

@@ -110,7 +110,7 @@ def test_measure_transfer_trains_both_methods_and_saves_the_ratios(toy_lm, tmp_p
     model = shutil.copytree(toy_lm, tmp_path / "lm")
     (model / "report.json").write_text('{"task": "toy"}')  # a build report to extend
     cfg = TrainConfig(iterations=2, batch_size=4, max_new_tokens=4,
-                      ppo=PPOConfig(batch_size=4, mini_batch_size=4, lr=3e-3, ppo_epochs=1))
+                      ppo=PPOConfig(mini_batch_size=4, lr=3e-3, ppo_epochs=1))
     r = tr.measure_transfer("toy", str(model), cfg, seeds=(0, 1), n=5, progress=lambda m: None)
     saved = json.loads((model / "transfer.json").read_text())
     report = json.loads((model / "report.json").read_text())
@@ -166,7 +166,7 @@ def test_the_split_of_trained_models_is_read_from_their_checkpoints(toy_lm, tmp_
     from agents.training.train import Trainer
 
     cfg = TrainConfig(task="toy", method="cory", model=str(toy_lm), batch_size=8, iterations=2,
-                      max_new_tokens=4, ppo=PPOConfig(batch_size=8, mini_batch_size=8))
+                      max_new_tokens=4, ppo=PPOConfig(mini_batch_size=8))
     trainer = Trainer(cfg)
     trainer.save(str(tmp_path / "start.pt"))
     pol = trainer.learner.policies
@@ -202,7 +202,7 @@ def test_cross_role_transfer_from_finished_runs_equals_training_them_here(toy_lm
 
     model = shutil.copytree(toy_lm, tmp_path / "lm")
     cfg = TrainConfig(task="toy", model=str(model), iterations=2, batch_size=4, max_new_tokens=4,
-                      ppo=PPOConfig(batch_size=4, mini_batch_size=4, lr=3e-3, ppo_epochs=1))
+                      ppo=PPOConfig(mini_batch_size=4, lr=3e-3, ppo_epochs=1))
     paths = {}
     for method in ("ppo", "cory-no-re"):
         for seed in (0, 1):

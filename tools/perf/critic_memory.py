@@ -41,7 +41,7 @@ def main(argv=None) -> dict:
     args = p.parse_args(argv)
     model = build_model(SHAPE, Path(args.models))
     torch.set_num_threads(2)
-    ppo = PPOConfig(batch_size=SHAPE.batch_size, mini_batch_size=SHAPE.mini_batch_size,
+    ppo = PPOConfig(mini_batch_size=SHAPE.mini_batch_size,
                     grad_accum_steps=SHAPE.grad_accum_steps, ppo_epochs=1, kl_penalty="full")
     trainer = Trainer(TrainConfig(task=SHAPE.task, method="mappo", model=str(model),
                                   batch_size=SHAPE.batch_size, ppo=ppo, iterations=1))

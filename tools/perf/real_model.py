@@ -133,8 +133,7 @@ def measure(method: str, setting: str, args, tput: dict) -> dict:
                       iterations=args.iters + 1, max_new_tokens=args.max_new_tokens,
                       lora=LoraSettings(r=16) if fast else None,
                       mixed_precision="bf16" if fast else None, torch_compile=args.compile,
-                      ppo=PPOConfig(lr=5e-4, batch_size=args.batch_size,
-                                    mini_batch_size=args.batch_size, ppo_epochs=4))
+                      ppo=PPOConfig(lr=5e-4, mini_batch_size=args.batch_size, ppo_epochs=4))
     trainer = Trainer(cfg)
     t0 = time.perf_counter()
     trainer.step()  # warm-up: first-call costs (compiling too) are not an iteration's

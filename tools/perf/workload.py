@@ -88,7 +88,7 @@ def train_config(model: str, method: str, *, task: str = "perf-ref", batch_size:
     from agents.training.config import TrainConfig
 
     reference = task == "perf-ref"
-    ppo = PPOConfig(batch_size=batch_size, mini_batch_size=mini_batch_size, ppo_epochs=4,
+    ppo = PPOConfig(mini_batch_size=mini_batch_size, ppo_epochs=4,
                     kl=KLConfig(penalty="full", **({"beta": 0.3} if reference else {})))
     cfg = TrainConfig(task=task, task_options={"model": model} if reference else {},
                       method=method, model=model, batch_size=batch_size,

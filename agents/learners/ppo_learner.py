@@ -1,6 +1,6 @@
-"""Independent PPO: every LLM learns from its own turns with its own critic. Registered as the
-algorithm `ppo` (the method `ppo` is one agent alone, `ippo` two agents side by side, `cory`
-two on CORY's structure); the PPO maths and the update are `agents/learners/ppo.py`."""
+"""The `ppo` learner: every LLM learns from its own turns with PPO and its own critic. On the
+structure `single` it is the method `ppo`, on `independent` the method `ippo` (independent
+PPO), on CORY's `cory`; the PPO maths and one update are `agents/learners/ppo.py`."""
 
 from __future__ import annotations
 
@@ -15,9 +15,8 @@ from .structure import INDEPENDENT, SINGLE
 
 
 @register_learner("ppo", structure=SINGLE)
-class IPPO(Learner):
-    """PPO for every LLM, each on its own turn with its own critic (independent PPO on two
-    agents; the method `ppo` is one agent alone, `cory` two on CORY's structure). On a
+class PPO(Learner):
+    """PPO for every LLM, each on its own turn with its own critic. On a
     structure with one shared policy (`cory-shared`), one update from every position's turns."""
 
     shares_policy = True
