@@ -208,7 +208,7 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig, env_options: dict | None = None,
                  comm: Comm | None = None):
-        self.cfg = cfg.validate()
+        self.cfg = cfg = cfg.validate()  # the run's config: derived fields filled in
         check_device("device", cfg.device, present=True)  # here, before any model loads
         for agent, dev in cfg.placement.items():
             check_device(f"placement[{agent!r}]", dev, present=True)

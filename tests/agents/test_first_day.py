@@ -392,3 +392,14 @@ def test_validate_returns_the_run_config_and_leaves_the_given_one_as_it_was(toy_
     assert cfg == before and cfg.models == [toy_lm, toy_lm]
     assert run is not cfg and run.models == {"llm_0": toy_lm, "llm_1": toy_lm}
     assert run.batch_size == 4 and run.validate() == run
+
+
+def test_the_trainer_runs_the_validated_config_with_the_batch_stored_once(toy_lm):
+    """The learner gets the derived config: with no PPO setting given, the mini-batch fits the
+    run's batch, and the adaptive KL horizon scales with that one batch size."""
+    trainer = Trainer(TrainConfig(task="toy", method="cory", model=toy_lm, batch_size=8,
+                                  iterations=1))
+    assert trainer.cfg.ppo.mini_batch_size == 8 and trainer.learner.cfg.batch_size == 8
+    assert trainer.learner.cfg.ppo.mini_batch_size == 8
+    horizon = TrainConfig().ppo.kl.horizon * 8 / 256
+    assert all(a.kl_controller.horizon == horizon for a in trainer.learner.agents.values())

@@ -196,7 +196,7 @@ def test_resume_refuses_other_settings(tmp_path):
     (["--tasks", "sentiment,mnist"], "unknown task 'mnist'"),
     (["--methods", "ppo,sac"], "unknown method 'sac'"),
     (["--preset", "huge"], "invalid choice: 'huge'"),
-    (["--batch-size", "12", "--mini-batch-size", "8"], "PPOConfig.batch_size=12 must be divisible"),
+    (["--batch-size", "12", "--mini-batch-size", "8"], "batch_size=12 must be divisible"),
     (["--iterations", "0"], "iterations must be a positive integer, got 0"),
     (["--max-tokens-per-pass", "-5"], "max_tokens_per_pass must be None or a positive int"),
     (["--old-logprobs", "decode"], "PPOConfig.old_logprobs must be one of ('auto', 'sampler', "
