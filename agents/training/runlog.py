@@ -280,7 +280,7 @@ def _sha256(path: Path) -> str:
 
 def _commit() -> str | None:
     """The git commit of the checkout this package runs from (None outside one)."""
-    here = Path(__file__).resolve().parents[1]
+    here = Path(__file__).resolve().parents[2]  # the checkout's root (.git: a folder or file)
     if not (here / ".git").exists():
         return None
     try:

@@ -297,3 +297,18 @@ def test_distributed_records_its_code_and_refuses_a_changed_plugin(tmp_path):
     assert "p.py" in check_code(args) and "changed since the run started" in check_code(args)
     args.allow_changed_code = True
     assert check_code(args) == "" and "changed_code" in (out / "changes.jsonl").read_text()
+
+
+def test_a_run_folder_records_the_commit_of_the_checkout_it_ran_from():
+    """run_config.json's code identity names the git commit when the package runs from a
+    checkout (a clone or a worktree), so a published folder says which code made it."""
+    from pathlib import Path
+
+    from agents.training.runlog import code_identity
+
+    root = Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                          text=True).stdout.strip()
+    assert head and code_identity()["commit"] == head
