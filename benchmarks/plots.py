@@ -132,7 +132,7 @@ def plot_training(data: RunData, task: str, eta, path) -> None:
                           colors[method], ("-", "--")[j % 2], label)
 
     _three_panels(data, task, eta, path, ["task reward", "Σ_t KL (nats)",
-                                          "r − β·ΣKL (current β)"],
+                                          "r − η·ΣKL (one η per run)"],
                   f"{task}: in training, per model (mean ± std over seeds)", draw)
 
 

@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch import nn
 
+from agents.learners.base import LearnerConfig
 from agents.learners.ppo import (
     KLConfig,
     PPOBatch,
@@ -36,6 +37,7 @@ from agents.learners.shaping import (
     token_rewards,
 )
 from agents.llm.logits import full_kl
+from benchmarks.presets import GSM8K_BATCH, IMDB_BATCH
 from benchmarks.presets import IMDB_PPO as IMDB_PRESET
 from benchmarks.presets import gsm8k_ppo as gsm8k_preset
 
@@ -306,9 +308,6 @@ def test_kl_config_validate_names_the_field(field, value):
 
 
 def test_config_batch_divisibility_and_presets():
-    from agents.learners.base import LearnerConfig
-    from benchmarks.presets import GSM8K_BATCH, IMDB_BATCH
-
     ppo = PPOConfig(mini_batch_size=4, grad_accum_steps=3)
     assert ppo.backward_batch_size == 12
     with pytest.raises(ValueError, match="batch_size=32 must be divisible by mini_batch_size "
