@@ -81,12 +81,14 @@ def evaluate_policy(policy, trainer: Trainer, cfg: BenchConfig, seed: int,
 def evaluate_alone(trainer: Trainer, cfg: BenchConfig, spec: RunSpec,
                    roles: dict | None = None, final: bool = False) -> list[dict]:
     """Alone-evaluation records of every model of a trainer at its current iteration
-    (`roles`: the role each model held in the last training iteration)."""
+    (`roles`: the role each model held in the last training iteration). A policy that plays
+    several agents (`cory-shared`) is evaluated once; each of its agents gets the record."""
     roles = roles or {}
-    out = []
+    out, done = [], {}
     with torch.random.fork_rng(devices=[]):  # evaluation never touches training randomness
         for name, policy in sorted(trainer.learner.policies.items()):
+            if id(policy) not in done:
+                done[id(policy)] = evaluate_policy(policy, trainer, cfg, spec.seed, final)
             out.append({**spec.ids(), "iteration": trainer.iteration, "model": name,
-                        "role": roles.get(name), "final": final,
-                        **evaluate_policy(policy, trainer, cfg, spec.seed, final)})
+                        "role": roles.get(name), "final": final, **done[id(policy)]})
     return out

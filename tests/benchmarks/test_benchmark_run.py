@@ -127,6 +127,28 @@ def test_alone_evaluation_is_paired_and_leaves_training_untouched(tiny_lm, tmp_p
                      ("llm_1", "cory"): "observer"}
 
 
+def test_one_policy_playing_both_roles_is_evaluated_alone_once_per_point(tiny_lm, tmp_path,
+                                                                        monkeypatch):
+    calls = []
+    real = benchmarks.evaluate.evaluate_policy
+    monkeypatch.setattr(benchmarks.evaluate, "evaluate_policy",
+                        lambda policy, *a, **k: calls.append(id(policy)) or real(policy, *a, **k))
+    main(["--tasks", "sentiment", "--methods", "cory-shared", "--seeds", "0", "--model", tiny_lm,
+          *TINY, "--alone-queries", "6", "--eval-batch-size", "4", "--eval-every", "1",
+          "--out", str(tmp_path / "run")])
+    alone = rec.read_jsonl(tmp_path / "run" / "alone.jsonl")
+    assert len(calls) == 3 and len(set(calls)) == 1  # iterations 0, 1, 2: one model each time
+    by_point = {}
+    for e in alone:
+        by_point.setdefault(e["iteration"], {})[e["model"]] = e
+    assert sorted(by_point) == [0, 1, 2]
+    for point in by_point.values():
+        assert sorted(point) == ["llm_0", "llm_1"]
+        same = [{k: v for k, v in e.items() if k not in ("model", "role")} for e in point.values()]
+        assert same[0] == same[1]
+    assert by_point[2]["llm_1"]["kl"] > 0  # trained: the record is the model's, not the base's
+
+
 def test_group_learners_run_through_the_benchmark_alone_and_under_cory(tiny_lm, tmp_path):
     methods = ["grpo", "dr-grpo", "rloo", "reinforce-pp", "cory-grpo", "cory-reinforce-pp",
                "rloo/cory-no-kt"]  # any learner on any structure is a method too
