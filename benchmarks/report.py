@@ -23,6 +23,7 @@ from .claims import CONTRADICTED, INCONCLUSIVE, SUPPORTED, all_claims
 from .config import SETTINGS
 from .evidence import gather
 from .frontier import matched_kl_ratio, matched_reward_gap, ratio_text
+from .pioneer import pioneer_table
 from .plots import write_plots
 from .records import RunData, curves, final_value, mean_std, ordered, select
 
@@ -265,6 +266,11 @@ def render(data: RunData, plots: dict[str, list[str]] | None = None,
                 out += ["### Every method against PPO on the reward–KL frontier (alone, "
                         "exploratory: 95% intervals not corrected for multiple comparisons; "
                         "> 1×: less KL than PPO for the same reward)", "", *arms, ""]
+            pioneer = pioneer_table(data, task, eta)
+            if pioneer:
+                out += ["### Each model at its own pioneer iterations (alone, exploratory: the "
+                        "training iterations in which it answered first; with role exchange a "
+                        "model is pioneer about half of them)", "", *pioneer, ""]
             out += [f"![{p.split('/')[-1][:-4]}](<{p}>)" for p in plots.get(f"{task}|{eta}", [])]
             out += ["", "### In training (final iterations)", "", *metrics_table(data, task, eta),
                     ""]
