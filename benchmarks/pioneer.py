@@ -13,15 +13,14 @@ import numpy as np
 
 from agents.learners.base import resolve_method
 
-from .records import RunData, select
+from .records import RunData, position_of, select
 from .stats import Interval, mean_interval
 
 
 def pioneer_counts(rows: list[dict], iterations) -> list[int]:
     """For each of `iterations`: how many of the model's training `rows` (one per iteration)
     before it put the model first in the chain."""
-    first = sorted({r["iteration"] for r in rows
-                    if r.get("position", 0 if r.get("role") == "pioneer" else 1) == 0})
+    first = sorted({r["iteration"] for r in rows if position_of(r) == 0})
     return [int(np.searchsorted(first, it)) for it in iterations]
 
 

@@ -46,6 +46,12 @@ def rotation_of(record: dict) -> int:
     return int(record.get("rotation", 0))
 
 
+def position_of(record: dict) -> int:
+    """A training record's chain position (records from before positions were written: 0 for
+    the pioneer, 1 otherwise)."""
+    return int(record.get("position", int(record.get("role") != "pioneer")))
+
+
 def select(rows: Iterable[dict], **match) -> list[dict]:
     """The rows whose fields equal every keyword given."""
     return [r for r in rows if all(r.get(k) == v for k, v in match.items())]
@@ -213,7 +219,7 @@ class RunData:
     def roles(self, task: str, method: str, eta=None) -> list[str]:
         """The method's chain positions by role name, pioneer first."""
         rows = select(self.rows, task=task, method=method, sweep_eta=eta)
-        at = {r["role"]: r.get("position", int(r["role"] != "pioneer")) for r in rows}
+        at = {r["role"]: position_of(r) for r in rows}
         return sorted(at, key=at.get)
 
     def two_agent(self, task: str, method: str) -> bool:

@@ -10,6 +10,7 @@ import signal
 import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from agents.training.config import TrainConfig
-from agents.training.runlog import LedgerError, RunLock, resume_ledger
+from agents.training.runlog import LedgerError, RunLock, code_identity, resume_ledger
 from benchmarks import runner
 from benchmarks.run import main
 from cory_env.data.tokenizer import task_tokenizer
@@ -302,10 +303,6 @@ def test_distributed_records_its_code_and_refuses_a_changed_plugin(tmp_path):
 def test_a_run_folder_records_the_commit_of_the_checkout_it_ran_from():
     """run_config.json's code identity names the git commit when the package runs from a
     checkout (a clone or a worktree), so a published folder says which code made it."""
-    from pathlib import Path
-
-    from agents.training.runlog import code_identity
-
     root = Path(__file__).resolve().parents[2]
     if not (root / ".git").exists():
         pytest.skip("not a git checkout")
