@@ -315,24 +315,44 @@ def train_config(cfg: BenchConfig, spec: RunSpec) -> TrainConfig:
                                adapters=t.adapters if chain else {})
 
 
+GROWABLE = ("seeds", "methods")  # lists a resume may add to: each entry is runs of its own
+
+
 def check_resume(cfg: BenchConfig, saved: BenchConfig) -> None:
-    """Refuse to resume with settings other than the saved ones, naming each mismatch."""
-    diff, _ = config_differences(run_config(saved), run_config(cfg), allowed=(),
+    """Refuse to resume with settings other than the saved ones, naming each mismatch; the
+    seeds and the methods may grow (new runs), never lose an entry."""
+    diff, _ = config_differences(run_config(saved), run_config(cfg), allowed=GROWABLE,
                                  label="given")
+    diff += _dropped(cfg, saved)
     if diff:
         raise ValueError("--resume with different settings than the run folder's "
                          "run_config.json: " + "; ".join(diff))
 
 
-def check_resume_flags(given: dict, saved: BenchConfig) -> None:
-    """Refuse settings typed with --resume that differ from the run folder's, naming each (a
-    setting typed with its saved value is fine). A run continues as it was set up: more
-    iterations, like any other change, are refused by name."""
+def _dropped(cfg: BenchConfig, saved: BenchConfig) -> list[str]:
+    """'seeds: saved [0, 1], given [1]: ...' for each growable list that loses a saved entry."""
+    out = []
+    for name in GROWABLE:
+        was, now = getattr(saved, name), getattr(cfg, name)
+        gone = [v for v in was if v not in now]
+        if gone:
+            out.append(f"{name}: saved {was!r}, given {now!r} drops {gone!r} (a resume may add "
+                       f"{name}, never drop one: give every saved one too)")
+    return out
+
+
+def resume_config(given: dict, saved: BenchConfig) -> BenchConfig:
+    """The settings a --resume continues with: the saved ones, with the seeds or methods typed
+    (a list that keeps every saved entry adds runs). Any other setting typed must equal its
+    saved value; a difference, like more iterations, is refused by name."""
     unknown = unknown_settings(set(given) - {"preset", "quick"})
     if unknown:
         raise ValueError(f"unknown settings {unknown}")
-    diff = []
+    grown = with_settings(saved, **{k: v for k, v in given.items() if k in GROWABLE})
+    diff = _dropped(grown, saved)
     for name, value in given.items():
+        if name in GROWABLE:
+            continue
         now = value if name in ("preset", "quick") else setting(with_settings(saved, **{
             name: value}), name)
         was = getattr(saved, name) if name in ("preset", "quick") else setting(saved, name)
@@ -343,6 +363,7 @@ def check_resume_flags(given: dict, saved: BenchConfig) -> None:
                 if "iterations" in given else "")
         raise ValueError("--resume continues a run with the settings in its run_config.json; "
                          "these differ: " + "; ".join(diff) + hint)
+    return grown
 
 
 def from_saved(data: dict) -> BenchConfig:

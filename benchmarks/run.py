@@ -6,10 +6,12 @@
     python -m benchmarks.run --eta-sweep --tasks arithmetic          # + a Pareto plot
     python -m benchmarks.run --preset gsm8k       # the paper's GPU setting (hub access needed)
     python -m benchmarks.run --resume --out runs/X                  # continue a killed run
+    python -m benchmarks.run --resume --out runs/X --seeds 0,1,2,3,4  # ... with two more seeds
 
 Every setting of `benchmarks.BenchConfig` is an option (`--batch-size`, `--lr`, ...); a
 preset fills them first, `--quick` shrinks them, explicit options win. `--resume` alone
-continues with the folder's saved settings; settings given with it must equal those.
+continues with the folder's saved settings; settings given with it must equal those, except
+`--seeds` and `--methods`, which may add entries (new runs) but never drop a saved one.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ if __package__ in (None, ""):  # `python benchmarks/run.py`
 
 from agents.training import cli
 from agents.training.runlog import FolderBusy, LedgerError
-from benchmarks.config import BenchConfig, add_config_options, check_resume_flags, resolve_config
+from benchmarks.config import BenchConfig, add_config_options, resolve_config, resume_config
 from benchmarks.runner import RunFolder, run_benchmark
 
 
@@ -37,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_options(parser)
     parser.add_argument("--out", help="run folder (default runs/<timestamp>)")
     parser.add_argument("--resume", action="store_true",
-                        help="continue the killed run in --out (same settings)")
+                        help="continue the run in --out (its settings; more --seeds or "
+                        "--methods add runs)")
     parser.add_argument("--allow-changed-code", action="store_true",
                         help="--resume even though an --import file changed (logged)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -54,9 +57,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[BenchConfig, Path, bool]
         raise ValueError("--resume needs --out, the folder of the run to continue")
     out = Path(out or Path("runs") / time.strftime("%Y-%m-%d_%H-%M-%S"))
     if resume:  # the saved settings, and only what was typed compared with them
-        saved = RunFolder(out).saved_config()
-        check_resume_flags(given, saved)
-        return saved.validate(), out, True
+        return resume_config(given, RunFolder(out).saved_config()).validate(), out, True
     cfg = resolve_config(given.pop("preset", "offline"), given.pop("quick", False), **given)
     return cfg, out, resume
 

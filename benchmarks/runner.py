@@ -38,7 +38,15 @@ from cory_common.files import atomic_write, remove_dir, remove_orphans
 from cory_common.pretrained import resolve_model
 from cory_env import offline_model
 
-from .config import BenchConfig, RunSpec, check_resume, from_saved, run_specs, train_config
+from .config import (
+    GROWABLE,
+    BenchConfig,
+    RunSpec,
+    check_resume,
+    from_saved,
+    run_specs,
+    train_config,
+)
 from .evaluate import evaluate_alone, evaluation_due
 from .records import FORMAT, check_format, select
 
@@ -100,6 +108,18 @@ class RunFolder:
         self.path.mkdir(parents=True, exist_ok=True)
         atomic_write(self.config, json.dumps({"format": FORMAT, **dataclasses.asdict(cfg),
                                               "code": code_identity(cfg.imports)}, indent=2))
+
+    def grow(self, cfg: BenchConfig, saved: BenchConfig) -> None:
+        """Record the seeds and methods a resume adds in run_config.json (its code kept)."""
+        added = {name: [v for v in getattr(cfg, name) if v not in getattr(saved, name)]
+                 for name in GROWABLE}
+        if not any(added.values()):
+            return
+        data = json.loads(self.config.read_text())
+        atomic_write(self.config, json.dumps({**data, "seeds": cfg.seeds, "methods": cfg.methods},
+                                             indent=2))
+        self.log("resume adds " + ", ".join(f"{name} {values}" for name, values in added.items()
+                                            if values))
 
     def check_code(self, cfg: BenchConfig, allow_changed: bool) -> None:
         """Refuse a resume whose --import files changed since the run started (unless
@@ -398,8 +418,10 @@ def _run_all(cfg: BenchConfig, folder: RunFolder, resume: bool, progress: bool,
              stop_after: int | None, allow_changed_code: bool = False) -> Path:
     """run_benchmark's body (under the folder's lock): runs not yet done, then the report."""
     if resume:
-        check_resume(cfg, folder.saved_config())
+        saved = folder.saved_config()
+        check_resume(cfg, saved)
         folder.check_code(cfg, allow_changed_code)
+        folder.grow(cfg, saved)
     else:
         folder.start(cfg)
     for orphan in remove_orphans(folder.path):

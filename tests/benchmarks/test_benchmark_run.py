@@ -6,6 +6,7 @@ import csv
 import importlib.util
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -212,6 +213,37 @@ def test_resume_refuses_other_settings(tmp_path):
     assert config_from_args(build_parser().parse_args(["--resume", "--out", str(tmp_path)]))[2]
     with pytest.raises(ValueError, match="already holds a run"):
         RunFolder(tmp_path).start(cfg)
+
+
+def test_a_resume_adds_seeds_and_methods_equal_to_a_run_started_with_them(tiny_lm, tmp_path):
+    args = ["--tasks", "sentiment", "--model", tiny_lm, *TINY, "--alone-queries", "4"]
+    whole, grown = tmp_path / "whole", tmp_path / "grown"
+    main([*args, "--methods", "ppo,cory", "--seeds", "0,1", "--out", str(whole)])
+    main([*args, "--methods", "ppo", "--seeds", "0", "--out", str(grown)])
+    before = (grown / "metrics.jsonl").read_text()
+    main(["--resume", "--out", str(grown), "--seeds", "0,1", "--methods", "ppo,cory",
+          "--no-progress"])
+    assert (grown / "metrics.jsonl").read_text().startswith(before)  # saved runs untouched
+
+    def key(r):
+        return r["run"], r["iteration"], r.get("agent", r.get("model")), r.get("role") or ""
+    for name in ("metrics.jsonl", "alone.jsonl"):
+        assert sorted(numbers(rec.read_jsonl(grown / name)), key=key) == \
+            sorted(numbers(rec.read_jsonl(whole / name)), key=key), name
+    saved = json.loads((grown / "run_config.json").read_text())
+    assert saved["seeds"] == [0, 1] and saved["methods"] == ["ppo", "cory"]
+    assert "resume adds seeds [1], methods ['cory']" in (grown / "log.txt").read_text()
+    assert "| cory |" in (grown / "report.md").read_text()
+    config = (grown / "run_config.json").read_text()
+    for typed, dropped in ((["--seeds", "1"], "[0]"), (["--methods", "cory"], "['ppo']")):
+        parsed = build_parser().parse_args(["--resume", "--out", str(grown), *typed])
+        with pytest.raises(ValueError, match=re.escape(f"drops {dropped} (a resume may add")):
+            config_from_args(parsed)
+    with pytest.raises(ValueError, match="seeds: saved"):  # the folder's own check
+        run_benchmark(resolve_config("offline", seeds=[1], methods=["ppo", "cory"],
+                                     tasks=["sentiment"], model=tiny_lm, iterations=2), grown,
+                      resume=True, progress=False)
+    assert (grown / "run_config.json").read_text() == config
 
 
 @pytest.mark.parametrize("argv, message", [
