@@ -23,7 +23,12 @@ from pathlib import Path
 import torch
 
 from agents.refmodels import reference_lm
-from agents.refmodels.transfer import measure_transfer, saved_transfer
+from agents.refmodels.transfer import (
+    budget_differences,
+    measure_transfer,
+    saved_transfer,
+    training_budget,
+)
 from agents.training.config import TrainConfig
 from agents.training.runlog import (
     RunLock,
@@ -221,11 +226,7 @@ def mechanism(cfg: BenchConfig, folder: RunFolder, tasks: list[str] | None = Non
     for task in cfg.tasks if tasks is None else tasks:
         model = cfg.model_for(task)
         if model is not None or offline_model(task) is None:
-            saved = saved_transfer_of(model, task)
-            out[task] = saved or {"not_measured": (
-                f"the model is not an offline reference LM; measure it with python -m "
-                f"agents.refmodels --measure {task} --model {model or 'MODEL'} and this run's "
-                f"training options (saved beside the model, then read here)")}
+            out[task] = saved_mechanism(cfg, folder, task)
             continue
         path = reference_lm(offline_model(task))
         saved = saved_transfer(path)
@@ -243,26 +244,43 @@ def mechanism(cfg: BenchConfig, folder: RunFolder, tasks: list[str] | None = Non
 
 def refresh_mechanism(cfg: BenchConfig, folder: RunFolder) -> None:
     """Write the folder's mechanism.json once; on resume, fill in a task "not measured" before
-    whose measurement has since been saved beside its model."""
+    whose measurement has since been saved (in the folder or beside its model), or say anew why
+    it is still not."""
     if not folder.mechanism.exists():
         atomic_write(folder.mechanism, json.dumps(mechanism(cfg, folder), indent=2))
         return
     old = json.loads(folder.mechanism.read_text())
     missing = [t for t, m in old.items() if "not_measured" in m]
     fresh = mechanism(cfg, folder, missing) if missing else {}
-    filled = {t: m for t, m in fresh.items() if "not_measured" not in m}
+    changed = {t: m for t, m in fresh.items() if m != old[t]}
+    filled = [t for t, m in changed.items() if "not_measured" not in m]
     if filled:
         folder.log("mechanism.json: filled in " + ", ".join(filled))
-        atomic_write(folder.mechanism, json.dumps({**old, **filled}, indent=2))
+    if changed:
+        atomic_write(folder.mechanism, json.dumps({**old, **changed}, indent=2))
 
 
-def saved_transfer_of(model: str | None, task: str) -> dict | None:
-    """What `agents.refmodels --measure TASK --model MODEL` saved beside a model, if any."""
-    import json
-
-    folder = resolve_model(model) if model else None
-    file = Path(folder) / f"transfer-{task}.json" if folder and Path(folder).is_dir() else None
-    return json.loads(file.read_text()) if file is not None and file.exists() else None
+def saved_mechanism(cfg: BenchConfig, folder: RunFolder, task: str) -> dict:
+    """A measurement of a named model at this run's budget: the run folder's
+    transfer-<task>.json, else the one `agents.refmodels --measure` saved beside the model; one
+    at another budget (LoRA or not, lr, iterations, ...) is not used, and the answer says why."""
+    model = cfg.model_for(task)
+    run = training_budget(train_config(cfg, RunSpec(task, "ppo", cfg.seeds[0])))
+    own = folder.path / f"transfer-{task}.json"
+    beside = resolve_model(model) if model else None
+    files = [own] + ([Path(beside) / own.name] if beside and Path(beside).is_dir() else [])
+    other = []
+    for file in (f for f in files if f.exists()):
+        measured = json.loads(file.read_text())
+        differ = budget_differences(measured.get("budget", {}), run)
+        if not differ:
+            return measured
+        other.append(f"{file} was measured at another budget ({'; '.join(differ)})")
+    how = (f"measure it at this run's budget with python -m agents.refmodels --measure {task} "
+           f"--ppo-checkpoints ... --observer-only-checkpoints ... (this folder's ppo and "
+           f"cory-no-re checkpoints) --out {own}, then --resume")
+    return {"not_measured": "; ".join(other + [how]) if other else
+            f"the model is not an offline reference LM; {how}"}
 
 
 # ------------------------------------------------------------------------------- progress

@@ -339,6 +339,20 @@ def verdict(result: dict) -> str:
     return "inconclusive"
 
 
+def training_budget(cfg: TrainConfig) -> dict:
+    """The training budget a cross-role measurement is made at (recorded in its result)."""
+    return {"iterations": cfg.iterations, "batch_size": cfg.batch_size, "lr": cfg.ppo.lr,
+            "kl_penalty": cfg.ppo.kl.penalty, "lora": cfg.lora is not None,
+            "mixed_precision": cfg.mixed_precision}
+
+
+def budget_differences(measured: dict, run: dict) -> list[str]:
+    """'lora: measured True, run False' for each field of a measurement's budget that differs
+    from a run's (a field the measurement does not record is not compared)."""
+    return [f"{k}: measured {measured[k]!r}, run {run[k]!r}" for k in run
+            if k in measured and measured[k] != run[k]]
+
+
 def measure_transfer(task: str, model: str | None = None, cfg: TrainConfig | None = None,
                      seeds=SEEDS, n: int = QUERIES, save: bool = True, progress=print,
                      out: str | None = None,
@@ -369,10 +383,7 @@ def measure_transfer(task: str, model: str | None = None, cfg: TrainConfig | Non
     env = first.env
     result = {"task": task, "model": str(model or path), "seeds": list(seeds), "queries": n,
               "file": str(file),
-              "budget": {"iterations": cfg.iterations, "batch_size": cfg.batch_size,
-                         "lr": cfg.ppo.lr, "kl_penalty": cfg.ppo.kl.penalty,
-                         "lora": cfg.lora is not None,
-                         "mixed_precision": cfg.mixed_precision},
+              "budget": training_budget(cfg),
               "knowledge_transfer": knowledge_transfer(
                   first.learner.policies["llm_0"], env.task, env.tokenizer, env.max_new_tokens,
                   seeds, n)}
@@ -418,6 +429,11 @@ MEANING = {
 }
 
 
+def _weights(budget: dict) -> str:
+    """', LoRA' or ', every weight' where the budget records it."""
+    return "" if "lora" not in budget else ", LoRA" if budget["lora"] else ", every weight"
+
+
 def format_transfer(r: dict) -> list[str]:
     """Report lines: both transfers with their intervals and what they mean."""
     kt, cr = r["knowledge_transfer"], summarize(r)
@@ -428,7 +444,8 @@ def format_transfer(r: dict) -> list[str]:
         f"reward; the instruction alone {_fmt(kt['from_instruction'])}; both "
         f"{_fmt(kt['total'])}.",
         f"- **Cross-role transfer** ({b['iterations']} iterations × {b['batch_size']} episodes, "
-        f"lr {b['lr']:g}{', read from finished runs' if r.get('trained_from') else ''}): "
+        f"lr {b['lr']:g}{_weights(b)}"
+        f"{', read from finished runs' if r.get('trained_from') else ''}): "
         f"answering alone, an observer-only-trained model gains "
         f"{_fmt(cr['gain_alone_observer_only'])} reward over the base and PPO's model "
         f"{_fmt(cr['gain_alone_ppo'])}; the share that carries over (ratio of the mean gains, "

@@ -473,6 +473,9 @@ def test_runs_are_ordered_so_a_study_stopped_early_decides_the_most_claims():
 def test_resume_fills_in_a_mechanism_measured_after_the_run_started(tiny_lm, tmp_path):
     import shutil
 
+    from agents.refmodels.transfer import training_budget
+    from benchmarks.config import RunSpec, train_config
+
     model = tmp_path / "lm"
     shutil.copytree(tiny_lm.format(task="sentiment"), model)
     out = tmp_path / "run"
@@ -480,8 +483,16 @@ def test_resume_fills_in_a_mechanism_measured_after_the_run_started(tiny_lm, tmp
             *TINY, "--iterations", "1", "--out", str(out)]
     main(args)
     assert "not_measured" in json.loads((out / "mechanism.json").read_text())["sentiment"]
-    measured = mechanism_measurement()
-    (model / "transfer-sentiment.json").write_text(json.dumps(measured))  # measured later
+    elsewhere = mechanism_measurement()  # measured at 20 iterations x 32 episodes
+    (model / "transfer-sentiment.json").write_text(json.dumps(elsewhere))
+    main(["--resume", "--out", str(out), "--no-progress"])
+    why = json.loads((out / "mechanism.json").read_text())["sentiment"]["not_measured"]
+    assert "at another budget (iterations: measured 20, run 1; batch_size: measured 32, " \
+           "run 4" in why and f"--out {out / 'transfer-sentiment.json'}" in why
+    run = training_budget(train_config(RunFolder(out).saved_config(),
+                                       RunSpec("sentiment", "ppo", 0)))
+    measured = {**elsewhere, "budget": run}
+    (model / "transfer-sentiment.json").write_text(json.dumps(measured))  # at the run's budget
     metrics = (out / "metrics.jsonl").read_text()
     main(["--resume", "--out", str(out), "--no-progress"])
     assert json.loads((out / "mechanism.json").read_text())["sentiment"] == measured
@@ -489,9 +500,16 @@ def test_resume_fills_in_a_mechanism_measured_after_the_run_started(tiny_lm, tmp
     assert "filled in sentiment" in (out / "log.txt").read_text()
     text = (out / "report.md").read_text()
     assert "Cross-role transfer" in text and "not an offline reference LM" not in text
+    assert f"{run['iterations']} iterations × {run['batch_size']} episodes, lr {run['lr']:g}, " \
+           f"{'LoRA' if run['lora'] else 'every weight'}" in text
     (model / "transfer-sentiment.json").unlink()  # a measurement, once in the folder, stays
     main(["--resume", "--out", str(out), "--no-progress"])
     assert json.loads((out / "mechanism.json").read_text())["sentiment"] == measured
+    own = {**measured, "verdict": "present"}  # the run folder's own file comes first
+    (out / "transfer-sentiment.json").write_text(json.dumps(own))
+    (model / "transfer-sentiment.json").write_text(json.dumps(measured))
+    cfg = RunFolder(out).saved_config()
+    assert runner.saved_mechanism(cfg, RunFolder(out), "sentiment") == own
 
 
 def test_resume_compares_only_the_settings_typed(tmp_path, capsys):
