@@ -245,14 +245,16 @@ def mechanism(cfg: BenchConfig, folder: RunFolder, tasks: list[str] | None = Non
 def refresh_mechanism(cfg: BenchConfig, folder: RunFolder) -> None:
     """Write the folder's mechanism.json once; on resume, fill in a task "not measured" before
     whose measurement has since been saved (in the folder or beside its model), or say anew why
-    it is still not."""
+    it is still not, and follow a new measurement saved in the folder itself."""
     if not folder.mechanism.exists():
         atomic_write(folder.mechanism, json.dumps(mechanism(cfg, folder), indent=2))
         return
     old = json.loads(folder.mechanism.read_text())
     missing = [t for t, m in old.items() if "not_measured" in m]
-    fresh = mechanism(cfg, folder, missing) if missing else {}
-    changed = {t: m for t, m in fresh.items() if m != old[t]}
+    own = [t for t in old if t not in missing and (folder.path / f"transfer-{t}.json").exists()]
+    fresh = mechanism(cfg, folder, missing + own) if missing or own else {}
+    changed = {t: m for t, m in fresh.items()
+               if m != old[t] and (t in missing or "not_measured" not in m)}
     filled = [t for t, m in changed.items() if "not_measured" not in m]
     if filled:
         folder.log("mechanism.json: filled in " + ", ".join(filled))

@@ -505,11 +505,15 @@ def test_resume_fills_in_a_mechanism_measured_after_the_run_started(tiny_lm, tmp
     (model / "transfer-sentiment.json").unlink()  # a measurement, once in the folder, stays
     main(["--resume", "--out", str(out), "--no-progress"])
     assert json.loads((out / "mechanism.json").read_text())["sentiment"] == measured
-    own = {**measured, "verdict": "present"}  # the run folder's own file comes first
-    (out / "transfer-sentiment.json").write_text(json.dumps(own))
+    own = {**measured, "verdict": "present"}  # the run folder's own file comes first, and
+    (out / "transfer-sentiment.json").write_text(json.dumps(own))  # a new one is followed
     (model / "transfer-sentiment.json").write_text(json.dumps(measured))
-    cfg = RunFolder(out).saved_config()
-    assert runner.saved_mechanism(cfg, RunFolder(out), "sentiment") == own
+    main(["--resume", "--out", str(out), "--no-progress"])
+    assert json.loads((out / "mechanism.json").read_text())["sentiment"] == own
+    (out / "transfer-sentiment.json").write_text(json.dumps(elsewhere))  # another budget, and
+    (model / "transfer-sentiment.json").unlink()  # none at the run's: a measurement stays
+    main(["--resume", "--out", str(out), "--no-progress"])
+    assert json.loads((out / "mechanism.json").read_text())["sentiment"] == own
 
 
 def test_resume_compares_only_the_settings_typed(tmp_path, capsys):
