@@ -28,6 +28,7 @@ from agents.refmodels.transfer import (
     measure_transfer,
     saved_transfer,
     training_budget,
+    transfer_file,
 )
 from agents.training.config import TrainConfig
 from agents.training.runlog import (
@@ -251,7 +252,7 @@ def refresh_mechanism(cfg: BenchConfig, folder: RunFolder) -> None:
         return
     old = json.loads(folder.mechanism.read_text())
     missing = [t for t, m in old.items() if "not_measured" in m]
-    own = [t for t in old if t not in missing and (folder.path / f"transfer-{t}.json").exists()]
+    own = [t for t in old if t not in missing and transfer_file(folder.path, t).exists()]
     fresh = mechanism(cfg, folder, missing + own) if missing or own else {}
     changed = {t: m for t, m in fresh.items()
                if m != old[t] and (t in missing or "not_measured" not in m)}
@@ -268,9 +269,9 @@ def saved_mechanism(cfg: BenchConfig, folder: RunFolder, task: str) -> dict:
     at another budget (LoRA or not, lr, iterations, ...) is not used, and the answer says why."""
     model = cfg.model_for(task)
     run = training_budget(train_config(cfg, RunSpec(task, "ppo", cfg.seeds[0])))
-    own = folder.path / f"transfer-{task}.json"
+    own = transfer_file(folder.path, task)
     beside = resolve_model(model) if model else None
-    files = [own] + ([Path(beside) / own.name] if beside and Path(beside).is_dir() else [])
+    files = [own] + ([transfer_file(beside, task)] if beside and Path(beside).is_dir() else [])
     other = []
     for file in (f for f in files if f.exists()):
         measured = json.loads(file.read_text())

@@ -339,6 +339,11 @@ def verdict(result: dict) -> str:
     return "inconclusive"
 
 
+def transfer_file(folder: str | Path, task: str) -> Path:
+    """Where a folder (a named model's, or a run folder) holds a measurement on `task`."""
+    return Path(folder) / f"transfer-{task}.json"
+
+
 def training_budget(cfg: TrainConfig) -> dict:
     """The training budget a cross-role measurement is made at (recorded in its result)."""
     return {"iterations": cfg.iterations, "batch_size": cfg.batch_size, "lr": cfg.ppo.lr,
@@ -379,7 +384,7 @@ def measure_transfer(task: str, model: str | None = None, cfg: TrainConfig | Non
     first = Trainer(replace(cfg, method="ppo", iterations=1))
     path = Path(model_of(cfg, "llm_0") or default_model(task))
     own = (path / "report.json").exists()  # an offline reference LM: one task's model
-    file = Path(out) if out else path / ("transfer.json" if own else f"transfer-{task}.json")
+    file = Path(out) if out else path / "transfer.json" if own else transfer_file(path, task)
     env = first.env
     result = {"task": task, "model": str(model or path), "seeds": list(seeds), "queries": n,
               "file": str(file),
