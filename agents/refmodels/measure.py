@@ -50,9 +50,10 @@ def perplexity(model, seqs: Sequences, pad: int, batch_size: int = 64,
     return math.exp(total / max(count, 1.0))
 
 
-def as_policy(model) -> LLMPolicy:
-    """A bare HF causal LM as a policy that plays env turns (no reference, float32)."""
-    return LLMPolicy(model, reference=None, mixed_precision=None)
+def as_policy(model, mixed_precision: str | None = None) -> LLMPolicy:
+    """A bare HF causal LM as a policy that plays env turns (no reference; float32 unless a
+    `mixed_precision` is given, as for a trained policy's bf16-stored reference)."""
+    return LLMPolicy(model, reference=None, mixed_precision=mixed_precision)
 
 
 def play_episode(model, env, queries, generator, forced=None, observer=None) -> dict:

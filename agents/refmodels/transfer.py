@@ -292,9 +292,10 @@ def _ratio(num: float, den: float) -> float:
 
 
 def _frozen_copy(policy):
-    """The policy's frozen reference as a policy of its own (the base model)."""
+    """The policy's frozen reference as a policy of its own (the base model), run at the
+    policy's precision (a full fine-tuning run under bf16 stores its reference in bf16)."""
     ref = getattr(policy, "ref_model", None)
-    return as_policy(ref) if ref is not None else policy
+    return as_policy(ref, policy.mixed_precision) if ref is not None else policy
 
 
 def summarize(result: dict) -> dict:

@@ -236,3 +236,19 @@ def test_cross_role_transfer_from_finished_runs_equals_training_them_here(toy_lm
     with pytest.raises(SystemExit):  # the command names the missing file before loading
         main(["--measure", "toy", "--ppo-checkpoints", str(tmp_path / "nowhere.pt"),
               "--observer-only-checkpoints", no_re[0]])
+
+
+def test_a_full_weight_bf16_policys_base_plays_as_the_untrained_policy_itself(toy_lm):
+    """Every weight trained under bf16 stores the frozen reference in bf16: the base model
+    measured from it runs at the policy's precision and answers as the untrained policy."""
+    from agents.training.train import build_policies
+
+    cfg = TrainConfig(task="toy", model=str(toy_lm), batch_size=4, max_new_tokens=4,
+                      mixed_precision="bf16")
+    policy = build_policies(cfg, ["llm_0"])["llm_0"]
+    assert policy.ref_model is not None  # a frozen copy, not a LoRA adapter's base
+    base = tr._frozen_copy(policy)
+    assert base.mixed_precision == "bf16" and base is not policy
+    envs = tr._cross_envs(ToyTask(), ToyTask().tokenizer, 4, 5)
+    assert tr._alone(base, envs[0], 0, 5) == tr._alone(policy, envs[0], 0, 5)
+    assert math.isfinite(tr._as_observer(base, base, envs[1], 0, 5))
