@@ -20,7 +20,7 @@ import numpy as np
 from agents.training.intervals import mean_interval
 from agents.training.runlog import read_jsonl
 
-from .records import RunData, curves, final_value, select
+from .records import RunData, curves, final_value, no_records, select
 
 
 def per_seed(data: RunData, task: str, method: str) -> dict[str, dict[int, float]]:
@@ -107,13 +107,19 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--same", action="store_true",
                    help="check that two folders hold the same records (exit 1 if not)")
     args = p.parse_args(argv)
+    for folder in args.folders:
+        if no_records(folder):
+            p.error(no_records(folder))
     if args.same:
         if len(args.folders) != 2:
             p.error(f"--same compares two folders, got {len(args.folders)}")
         ok, out = same_records(*args.folders)
         print("\n".join(out))
         raise SystemExit(0 if ok else 1)
-    print("\n".join(lines(args.folders, args.task, args.method)))
+    try:
+        print("\n".join(lines(args.folders, args.task, args.method)))
+    except ValueError as e:
+        p.error(str(e))
 
 
 if __name__ == "__main__":

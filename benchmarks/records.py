@@ -41,6 +41,14 @@ def check_format(config: dict, where) -> None:
                          f"{FORMAT} only: rerun it, or read it with the version that wrote it")
 
 
+def no_records(folder: str | os.PathLike) -> str | None:
+    """Why a path is not a run folder (no run_config.json or metrics.jsonl), or None if it is."""
+    if any((Path(folder) / name).is_file() for name in ("run_config.json", "metrics.jsonl")):
+        return None
+    return (f"{str(folder)!r} holds no run records (no run_config.json or metrics.jsonl): "
+            f"give a folder written by python -m benchmarks.run")
+
+
 def rotation_of(record: dict) -> int:
     """A record's role rotation (0 where a record has none: one agent, or a synthetic one)."""
     return int(record.get("rotation", 0))

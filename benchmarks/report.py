@@ -25,7 +25,7 @@ from .evidence import gather
 from .frontier import matched_kl_ratio, matched_reward_gap, ratio_text
 from .pioneer import pioneer_table
 from .plots import write_plots
-from .records import RunData, curves, final_value, mean_std, ordered, select
+from .records import RunData, curves, final_value, mean_std, no_records, ordered, select
 
 TABLE_FIELDS = ("task_reward", "kl", "combined_reward", "distinct_1", "distinct_2")
 
@@ -341,7 +341,10 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("run_dir")
-    print(write_report(parser.parse_args(argv).run_dir))
+    folder = Path(parser.parse_args(argv).run_dir)
+    if no_records(folder):
+        parser.error(f"run_dir {no_records(folder)}")
+    print(write_report(folder))
 
 
 if __name__ == "__main__":

@@ -534,3 +534,17 @@ def test_prompts_cut_to_fit_are_named_in_the_report():
     assert "### Prompts cut to fit the window" in text
     assert "- **cory, pioneer**: 6 prompt tokens cut on average where any were, in 100%" in text
     assert "**ppo," not in text.split("### Prompts cut")[1].split("###")[0]
+
+
+@pytest.mark.parametrize("make", [lambda p: p / "missing", lambda p: p])
+def test_report_and_compare_refuse_a_folder_without_records_and_write_nothing(tmp_path, capsys,
+                                                                             make):
+    from benchmarks import compare
+
+    folder = make(tmp_path)
+    for cli in (rp.main, compare.main, lambda a: compare.main(["--same", *a, *a])):
+        with pytest.raises(SystemExit) as exit_:
+            cli([str(folder)])
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and str(folder) in err and "no run records" in err
+    assert not (folder / "report.md").exists() and not (tmp_path / "missing").exists()
