@@ -108,8 +108,8 @@ def main(argv: list[str] | None = None) -> None:
                    help="check that two folders hold the same records (exit 1 if not)")
     args = p.parse_args(argv)
     for folder in args.folders:
-        if no_records(folder):
-            p.error(no_records(folder))
+        if why := no_records(folder):
+            p.error(why)
     if args.same:
         if len(args.folders) != 2:
             p.error(f"--same compares two folders, got {len(args.folders)}")

@@ -342,8 +342,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("run_dir")
     folder = Path(parser.parse_args(argv).run_dir)
-    if no_records(folder):
-        parser.error(f"run_dir {no_records(folder)}")
+    if why := no_records(folder):
+        parser.error(f"run_dir {why}")
     print(write_report(folder))
 
 
