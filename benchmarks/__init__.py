@@ -22,8 +22,8 @@ Modules: `config` (BenchConfig: the sweep plus a nested TrainConfig; validation,
 options), `presets` (the paper's GPU settings), `runner` (the run folder, resume, progress, the
 driver), `evaluate` (every model alone on the test split), `records` (a run's numbers),
 `stats` (frontiers and trends), `claims` (the paper's claims, decided), `report` (tables,
-plots and report.md from the records alone) and
-`run` (the command line).
+plots and report.md from the records alone),
+`run` (the command line) and `merge` (run folders made side by side, as one).
 """
 
 from .config import (

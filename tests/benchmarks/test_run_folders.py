@@ -18,7 +18,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from agents.training.config import TrainConfig
-from agents.training.runlog import LedgerError, RunLock, code_identity, resume_ledger
+from agents.training.runlog import FolderBusy, LedgerError, RunLock, code_identity, resume_ledger
 from benchmarks import runner
 from benchmarks.run import main
 from cory_env.data.tokenizer import task_tokenizer
@@ -309,3 +309,105 @@ def test_a_run_folder_records_the_commit_of_the_checkout_it_ran_from():
     head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
                           text=True).stdout.strip()
     assert head and code_identity()["commit"] == head
+
+
+# ------------------------------------------------------------------------------- merging
+def _run(model, out, *extra):
+    """A finished tiny run folder (ARGS with `extra` options) at `out`."""
+    main(ARGS + ["--model", model, "--out", str(out), *extra])
+    return out
+
+
+def _numbers(folder, name):
+    """A folder's records as comparable tuples, timings left out."""
+    rows = [json.loads(line) for line in (folder / name).read_text().splitlines() if line]
+    return sorted(json.dumps({k: v for k, v in r.items() if not k.startswith("time_")},
+                             sort_keys=True) for r in rows)
+
+
+@pytest.fixture(scope="module")
+def halves(model, tmp_path_factory):
+    """Seed 0 and seed 1 of one setting in two folders, and both seeds in one folder."""
+    root = tmp_path_factory.mktemp("halves")
+    return (_run(model, root / "a"), _run(model, root / "b", "--seeds", "1"),
+            _run(model, root / "both", "--seeds", "0,1"))
+
+
+def test_merged_folders_equal_one_folder_that_ran_every_run(halves, tmp_path):
+    from benchmarks.merge import merge
+
+    a, b, both = halves
+    out = tmp_path / "merged"
+    assert sorted(merge(out, [a, b])) == ["sentiment-ppo-seed0", "sentiment-ppo-seed1"]
+    for name in ("metrics.jsonl", "alone.jsonl"):
+        assert _numbers(out, name) == _numbers(both, name)
+    saved = json.loads((out / "run_config.json").read_text())
+    assert saved["seeds"] == [0, 1] and saved["methods"] == ["ppo"]
+    assert sorted(p.name for p in (out / "done").iterdir()) == sorted(
+        p.name for p in (both / "done").iterdir())
+    assert sorted(p.name for p in (out / "ckpt").iterdir()) == [
+        "sentiment-ppo-seed0.pt", "sentiment-ppo-seed1.pt"]
+    log = (out / "log.txt").read_text()
+    assert f"merged from {a}" in log and f"merged from {b}" in log
+    rows = len((out / "metrics.jsonl").read_text().splitlines())
+    main(["--resume", "--out", str(out), "--no-progress"])  # nothing left to run
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == rows
+    assert (out / "report.md").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name != "merged"]  # no temporary left
+
+
+def test_merge_takes_finished_runs_only_and_resume_runs_the_rest(halves, partial, tmp_path):
+    from benchmarks.merge import merge
+
+    _, b, _ = halves
+    out = tmp_path / "merged"
+    assert list(merge(out, [partial, b])) == ["sentiment-ppo-seed1"]
+    assert "not merged from" in (out / "log.txt").read_text()
+    assert {json.loads(line)["run"] for line in (out / "metrics.jsonl").read_text().splitlines()
+            } == {"sentiment-ppo-seed1"}
+    main(["--resume", "--out", str(out), "--no-progress"])  # seed 0 runs here, whole
+    assert sorted(p.name for p in (out / "done").iterdir()) == [
+        "sentiment-ppo-seed0", "sentiment-ppo-seed1"]
+
+
+@pytest.mark.parametrize("case, message", [
+    ("setting", "differs from"), ("twice", "finished in both"), ("out", "already exists"),
+    ("empty", "holds no run"), ("code", "ran other code")])
+def test_merge_refuses_what_would_mix_two_studies_and_writes_nothing(halves, tmp_path, case,
+                                                                     message, capsys):
+    from benchmarks.merge import main as merge_main
+
+    a, b, _ = halves
+    other, out = shutil.copytree(b, tmp_path / "other"), tmp_path / "merged"
+    cfg = json.loads((other / "run_config.json").read_text())
+    if case == "setting":
+        cfg["train"]["ppo"]["lr"] *= 2
+    if case == "code":
+        cfg["code"]["imports"] = {"plugin.py": {"path": "plugin.py", "sha256": "0" * 64}}
+    (other / "run_config.json").write_text(json.dumps(cfg))
+    sources = {"twice": [a, a.parent / "both"], "empty": [a, tmp_path / "nothing"]}.get(
+        case, [a, other])
+    (tmp_path / "nothing").mkdir()
+    if case == "out":
+        out.mkdir()
+        (out / "keep.txt").write_text("mine")
+    with pytest.raises(SystemExit) as stop:
+        merge_main([*map(str, sources), "--out", str(out)])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err
+    if case == "setting":
+        assert "lr" in err and str(other) in err
+    assert (list(out.iterdir()) == [out / "keep.txt"]) if case == "out" else not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["other", "nothing"] + (["merged"] if case == "out" else []))
+
+
+def test_merge_refuses_a_folder_in_use(halves, tmp_path):
+    from benchmarks.merge import merge
+
+    a, b, _ = halves
+    with RunLock(b):
+        with pytest.raises(FolderBusy, match="in use"):
+            merge(tmp_path / "merged", [a, b])
+    assert not (tmp_path / "merged").exists()
