@@ -36,7 +36,7 @@ NOT_COMPARED = (*GROWABLE, "code", "format")
 
 def _saved(folder: Path) -> dict:
     """A source folder's run_config.json, or a ValueError naming the folder."""
-    path = folder / "run_config.json"
+    path = RunFolder(folder).config
     if not path.is_file():
         raise ValueError(f"{folder} holds no run (no run_config.json)")
     saved = json.loads(path.read_text())
@@ -154,10 +154,10 @@ def _write(tmp: Path, folders: list[Path], saved: list[dict], where: dict[str, P
     atomic_write(new.config, json.dumps(config, indent=2))
     for folder, s in zip(folders, saved):
         keys = sorted(k for k, f in where.items() if f == folder)
-        rows = read_jsonl(folder / "metrics.jsonl") if (folder / "metrics.jsonl").exists() else []
-        evals = read_jsonl(folder / "alone.jsonl") if (folder / "alone.jsonl").exists() else []
+        source = RunFolder(folder)
+        rows = read_jsonl(source.metrics)
         new.append([r for r in rows if r.get("run") in keys])
-        new.add_evals([r for r in evals if r.get("run") in keys])
+        new.add_evals([r for r in read_jsonl(source.evals) if r.get("run") in keys])
         for key in keys:
             shutil.copy2(folder / "done" / key, tmp / "done" / key)
             ckpt = folder / "ckpt" / f"{key}.pt"

@@ -319,7 +319,7 @@ def _run(model, out, *extra):
 
 
 def _numbers(folder, name):
-    """A folder's records as comparable tuples, timings left out."""
+    """A folder's records as sorted JSON texts, timings left out."""
     rows = [json.loads(line) for line in (folder / name).read_text().splitlines() if line]
     return sorted(json.dumps({k: v for k, v in r.items() if not k.startswith("time_")},
                              sort_keys=True) for r in rows)
