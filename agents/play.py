@@ -20,6 +20,7 @@ import textwrap
 
 import torch
 
+from cory_common.cli import add_import_option, key_values
 from cory_common.plugins import load_plugins
 from cory_common.pretrained import PRETRAINED, check_model, model_source, resolve_model
 from cory_env import BatchedCoryEnv, make_task, registered_tasks
@@ -28,7 +29,6 @@ from cory_env.tasks.base import unknown_task
 from .llm.policy import LLMPolicy
 from .llm.rollout import answer_alone, rollout
 from .llm.sampling import SamplingConfig
-from .training.cli import key_values
 
 STUDY = ("python -m benchmarks.run --model {model} --tasks {task} --methods ppo,cory "
          "--quick   # PPO vs CORY on this model")
@@ -95,8 +95,7 @@ def main(argv=None) -> int:
     p.add_argument("--samples", type=int, default=1, help="answers per query of --alone")
     p.add_argument("--task-options", type=key_values, default={}, metavar="K=V,...",
                    help="the task's keywords, e.g. max_digits=2 (reasoning)")
-    p.add_argument("--import", dest="imports", action="append", default=[],
-                   metavar="MODULE_OR_FILE", help="module or .py file that registers tasks")
+    add_import_option(p)
     args = p.parse_args(argv)
     try:
         load_plugins(args.imports)

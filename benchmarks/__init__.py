@@ -7,15 +7,15 @@
 A run folder holds (all written incrementally; a kill loses at most the iteration in progress):
 
     run_config.json   the resolved settings (``--resume`` refuses different ones)
-    metrics.jsonl     one line per task/method/seed/eta/iteration/agent, numbers + samples
+    metrics.jsonl     one line per task/method/seed/kl_coef/iteration/agent, numbers + samples
     metrics.csv       the same rows' common numeric columns (runner.CSV_COLUMNS)
     alone.jsonl       every model answering held-out queries alone every eval_every iterations:
                       task reward, ΣKL, combined reward (+ pass@k on exact-match tasks)
-    mechanism.json    the model's knowledge and cross-role transfer (agents.refmodels.transfer)
+    mechanism.json    the model's knowledge and cross-role transfer (benchmarks.transfer)
     log.txt           one line per iteration and per event
     tb/<run key>/     TensorBoard scalars
     ckpt/<run key>.pt the latest full-state Trainer checkpoint; done/<run key> once finished
-    plots/*.png       alone and in-training curves, the reward–KL frontier, an η sweep's front
+    plots/*.png       alone and in-training curves, the reward–KL frontier, a kl_coef sweep's front
     report.md         the mechanism, the claims' verdicts, tables, audit, samples
 
 Modules: `config` (BenchConfig: the sweep plus a nested TrainConfig; validation, runs, CLI
@@ -27,7 +27,7 @@ plots and report.md from the records alone),
 """
 
 from .config import (
-    PAPER_ETAS,
+    PAPER_KL_COEFS,
     BenchConfig,
     RunSpec,
     check_resume,
@@ -40,6 +40,6 @@ from .evaluate import evaluate_policy
 from .presets import PRESETS
 from .runner import RunFolder, run_benchmark
 
-__all__ = ["BenchConfig", "PRESETS", "PAPER_ETAS", "RunSpec", "RunFolder", "resolve_config",
+__all__ = ["BenchConfig", "PRESETS", "PAPER_KL_COEFS", "RunSpec", "RunFolder", "resolve_config",
            "run_benchmark", "run_specs", "train_config", "evaluate_policy", "quick_settings",
            "check_resume"]

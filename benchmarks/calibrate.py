@@ -7,7 +7,7 @@ decided by the real claim code (`benchmarks.claims`), many times over.
 Every world is a set of methods walking reward–KL frontiers f(e·KL) = BASE + GAIN·(1 − e^(−e·KL/2))
 (e: the method's KL efficiency) on an exact-match task (reward scale 1), each seed at its own
 speed (log-normal, sd SPEED_SD), every alone point with evaluation noise (reward sd NOISE, KL
-relative sd KL_NOISE; a two-model method averages two independently noised models), η = ETA.
+relative sd KL_NOISE; a two-model method averages two independently noised models), c = KL_COEF.
 A PPO *collapse* D takes D off its reward linearly over the second half of the run.
 
 The truth of each claim in a world is computed from its noise-free curves (`truths`); a verdict
@@ -38,7 +38,7 @@ from .stats import change
 TASK = "arithmetic"
 ITERATIONS = list(range(0, 33, 3))  # 11 evaluation points, as the studies' presets
 BASE, GAIN, SCALE_KL = 0.2, 0.6, 2.0
-NOISE, KL_NOISE, SPEED_SD, ETA = 0.05, 0.05, 0.15, 0.3
+NOISE, KL_NOISE, SPEED_SD, KL_COEF = 0.05, 0.05, 0.15, 0.3
 METHODS = ("ppo", "cory", "cory-no-kt", "cory-no-re")
 CLAIMS = ("(1)", "(1a)", "(1b)", "(2)", "(3)", "(4)")
 
@@ -127,7 +127,7 @@ def truths(world: World) -> dict[str, str]:
         "(1b)": _side(gap, 0.0),
         "(2)": _both(_side(-late(rp), delta), _side(late(rc), -delta)),
         "(3)": _side(ablation, 0.0),
-        "(4)": _both(_side(late(rc - ETA * kc), delta), _side(-late(rp - ETA * kp), delta)),
+        "(4)": _both(_side(late(rc - KL_COEF * kc), delta), _side(-late(rp - KL_COEF * kp), delta)),
     }
 
 
@@ -141,14 +141,15 @@ def records(world: World, seeds: int, rng: np.random.Generator) -> RunData:
         models = ("llm_0",) if method == "ppo" else ("llm_0", "llm_1")
         for seed in range(seeds):
             reward, kl = world.walk(method).curve(u, float(rng.lognormal(0, SPEED_SD)))
-            metrics.append({"task": TASK, "method": method, "seed": seed, "sweep_eta": None,
+            metrics.append({"task": TASK, "method": method, "seed": seed, "swept_kl_coef": None,
                             "iteration": 0, "agent": "llm_0", "role": "pioneer"})
             for model in models:
                 r = reward + rng.normal(0, NOISE, len(u))
                 k = kl * (1 + rng.normal(0, KL_NOISE, len(u)))
-                alone += [{"task": TASK, "method": method, "seed": seed, "sweep_eta": None,
+                alone += [{"task": TASK, "method": method, "seed": seed, "swept_kl_coef": None,
                            "iteration": int(i), "model": model, "task_reward": float(a),
-                           "kl": float(b), "combined_reward": float(a - ETA * b), "eta": ETA}
+                           "kl": float(b), "combined_reward": float(a - KL_COEF * b),
+                           "report_kl_coef": KL_COEF}
                           for i, a, b in zip(ITERATIONS, r, k)]
     return RunData(metrics, alone, window=1)
 

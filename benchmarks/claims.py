@@ -21,7 +21,7 @@ KL_MARGIN (×/÷ 1.1) of a threshold is negligible:
 (3) both ablations need more KL than CORY: the mean over cory-no-kt and cory-no-re of
     log(KL_ablation / KL_CORY) at matched reward above the KL margin (contradicted: below
     minus the margin).
-(4) CORY's combined reward r − η·ΣKL rises while PPO's falls, two parts: over the second half
+(4) CORY's combined reward r − c·ΣKL rises while PPO's falls, two parts: over the second half
     CORY's change > δ *and* PPO's change < −δ.
 
 A claim with one part gives a one-sided p-value for it and one against it at its threshold;
@@ -49,8 +49,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from agents.learners.base import ablation_methods
-from agents.refmodels.transfer import summarize
-from agents.training.intervals import ALPHA, detectable_effect, holm
 
 from .evidence import MIN_SEEDS, Inputs, gather, missing_methods
 from .frontier import (
@@ -63,12 +61,10 @@ from .frontier import (
     reward_levels,
     sliver,
 )
+from .intervals import ALPHA, Interval, detectable_effect, holm, mean_interval
 from .records import RunData, Trajectory
-from .stats import (
-    Interval,
-    change,
-    mean_interval,
-)
+from .stats import change
+from .transfer import summarize
 
 SUPPORTED, CONTRADICTED, INCONCLUSIVE = "supported", "contradicted", "inconclusive"
 KL_RATIO = 2.0  # claim (1)'s "more than twice"
@@ -239,11 +235,11 @@ def kl_side(iv: Interval, at: float, who: str, than: str) -> Side:
                 f"difference from {x}")
 
 
-def _pair(data: RunData, task: str, eta, name: str) -> Inputs | Claim:
+def _pair(data: RunData, task: str, kl_coef, name: str) -> Inputs | Claim:
     """PPO's and CORY's inputs, or the inconclusive claim when either was not run."""
-    if missing_methods(data, task, eta, ["ppo", "cory"]):
+    if missing_methods(data, task, kl_coef, ["ppo", "cory"]):
         return untested(name, "not run: needs alone-evaluations of ppo and cory on this task")
-    return gather(data, task, eta, ["ppo", "cory"])
+    return gather(data, task, kl_coef, ["ppo", "cory"])
 
 
 def final_point(t: Trajectory, field_: str) -> float:
@@ -251,10 +247,10 @@ def final_point(t: Trajectory, field_: str) -> float:
     return float(getattr(t, field_)[-1])
 
 
-def claim_efficiency(data: RunData, task: str, eta) -> Claim:
+def claim_efficiency(data: RunData, task: str, kl_coef) -> Claim:
     """(1): equivalent final reward and log(KL_PPO / KL_CORY) at it above log 2 (the margin)."""
     name = f"(1) similar final reward, and PPO's KL more than twice CORY's at it [{task}]"
-    inp = _pair(data, task, eta, name)
+    inp = _pair(data, task, kl_coef, name)
     if isinstance(inp, Claim):
         return inp
     ppo, cory = inp.per_seed("ppo"), inp.per_seed("cory")
@@ -282,10 +278,10 @@ def claim_efficiency(data: RunData, task: str, eta) -> Claim:
                   f"±{d:.3g} and {KL_RATIO:g}×", against, f"{reward}; {kl}")
 
 
-def claim_kl_at_reward(data: RunData, task: str, eta) -> Claim:
+def claim_kl_at_reward(data: RunData, task: str, kl_coef) -> Claim:
     """(1a): at matched reward, PPO's KL > 2x CORY's (by more than the KL margin)."""
     name = f"(1a) at matched reward, PPO's KL is more than twice CORY's [{task}]"
-    inp = _pair(data, task, eta, name)
+    inp = _pair(data, task, kl_coef, name)
     if isinstance(inp, Claim):
         return inp
     iv, levels = matched_kl_ratio(inp.points("ppo"), inp.points("cory"))
@@ -297,10 +293,10 @@ def claim_kl_at_reward(data: RunData, task: str, eta) -> Claim:
                    "reward")
 
 
-def claim_reward_at_kl(data: RunData, task: str, eta) -> Claim:
+def claim_reward_at_kl(data: RunData, task: str, kl_coef) -> Claim:
     """(1b): at matched KL, CORY's reward higher than PPO's by more than δ."""
     name = f"(1b) at matched KL, CORY's reward is higher than PPO's [{task}]"
-    inp = _pair(data, task, eta, name)
+    inp = _pair(data, task, kl_coef, name)
     if isinstance(inp, Claim):
         return inp
     iv, budgets = matched_reward_gap(inp.points("cory"), inp.points("ppo"))
@@ -353,10 +349,10 @@ def change_side(iv: Interval, who: str, what: str, at: float, above: bool) -> Si
                                           f"change contains {at:+.3g})", above)
 
 
-def claim_peak_decline(data: RunData, task: str, eta) -> Claim:
+def claim_peak_decline(data: RunData, task: str, kl_coef) -> Claim:
     """(2): over the second half, PPO's reward declines by more than δ and CORY's does not."""
     name = f"(2) PPO's reward peaks then declines, CORY's does not [{task}]"
-    inp = _pair(data, task, eta, name)
+    inp = _pair(data, task, kl_coef, name)
     if isinstance(inp, Claim):
         return inp
     each, text = _changes(inp, "reward")
@@ -368,31 +364,32 @@ def claim_peak_decline(data: RunData, task: str, eta) -> Claim:
     return parts(name, numbers, inp, sides, f"−δ = {-d:.3g}")
 
 
-def claim_combined(data: RunData, task: str, eta) -> Claim:
+def claim_combined(data: RunData, task: str, kl_coef) -> Claim:
     """(4): over the second half, CORY's combined reward rises by more than δ, PPO's falls."""
-    name = f"(4) CORY's combined reward r − η·ΣKL rises while PPO's falls [{task}]"
-    inp = _pair(data, task, eta, name)
+    name = f"(4) CORY's combined reward r − c·ΣKL rises while PPO's falls [{task}]"
+    inp = _pair(data, task, kl_coef, name)
     if isinstance(inp, Claim):
         return inp
     each, text = _changes(inp, "combined")
     d = inp.delta
-    numbers = (f"Change of the smoothed alone combined reward (η = {data.alone_eta(task):g}) "
+    numbers = (f"Change of the smoothed alone combined reward (c = report_kl_coef = "
+               f"{data.report_kl_coef(task):g}) "
                f"over the second half, against the band ±δ (δ = {d:.3g}): {text}.")
     sides = {"cory": change_side(each["cory"], "CORY", "combined reward", d, above=True),
              "ppo": change_side(each["ppo"], "PPO", "combined reward", -d, above=False)}
     return parts(name, numbers, inp, sides, f"±δ = {d:.3g}")
 
 
-def claim_ablations(data: RunData, task: str, eta) -> Claim:
+def claim_ablations(data: RunData, task: str, kl_coef) -> Claim:
     """(3): the ablations' mean log(KL_ablation / KL_CORY) at matched reward above the margin."""
     name = f"(3) no-knowledge-transfer and no-role-exchange need more KL than CORY [{task}]"
     ablations = ablation_methods()
-    missing = missing_methods(data, task, eta, ["cory", *ablations])
+    missing = missing_methods(data, task, kl_coef, ["cory", *ablations])
     if missing:
         return untested(name, f"not run: needs alone-evaluations of cory and "
                               f"{' and '.join(ablations)} on this task ({', '.join(missing)} "
                               f"missing)")
-    inp = gather(data, task, eta, ["cory", *ablations])
+    inp = gather(data, task, kl_coef, ["cory", *ablations])
     cory = inp.points("cory")
     levels = reward_levels(cory + [t for m in ablations for t in inp.points(m)])
     each = {m: log_kl_ratios(inp.points(m), cory, levels) for m in ablations}
@@ -443,17 +440,17 @@ def all_claims(data: RunData) -> list[Claim]:
     out = []
     for task in data.tasks():
         exact = data.exact_match(task)
-        for eta in data.etas(task):
-            group = [claim_efficiency(data, task, eta), claim_kl_at_reward(data, task, eta),
-                     claim_reward_at_kl(data, task, eta)]
+        for kl_coef in data.kl_coefs(task):
+            group = [claim_efficiency(data, task, kl_coef), claim_kl_at_reward(data, task, kl_coef),
+                     claim_reward_at_kl(data, task, kl_coef)]
             if exact:
-                group.append(claim_peak_decline(data, task, eta))
-            group += [claim_ablations(data, task, eta), claim_combined(data, task, eta)]
+                group.append(claim_peak_decline(data, task, kl_coef))
+            group += [claim_ablations(data, task, kl_coef), claim_combined(data, task, kl_coef)]
             scope = mechanism_scope(data, task)
             for c in decide(group):
                 c.scope = scope
-                if eta is not None:
-                    c.name += f" (η={eta:g})"
+                if kl_coef is not None:
+                    c.name += f" (kl_coef={kl_coef:g})"
             out += group
     if not any(data.exact_match(t) for t in data.tasks()):
         out.append(untested("(2) PPO's reward peaks then declines, CORY's does not",

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from agents.training.intervals import mean_interval
 from agents.training.runlog import read_jsonl
 
+from .intervals import mean_interval
 from .records import RunData, curves, final_value, no_records, select
 
 

@@ -19,7 +19,7 @@ import math
 import numpy as np
 import torch
 
-from agents.learners.metrics import combined_eta
+from agents.learners.metrics import report_kl_coef_of
 from agents.llm.rollout import answer_alone
 from agents.training.train import Trainer
 from cory_env import BatchedCoryEnv
@@ -60,11 +60,11 @@ def evaluate_policy(policy, trainer: Trainer, cfg: BenchConfig, seed: int,
     sampling = trainer.cfg.sampling  # the shared setting, the same for every method
     reward, kl = answer_alone(env, policy, sampling, generator, [p for p in problems
                                                                  for _ in range(n)])
-    eta = combined_eta(trainer.cfg)
-    combined = reward - eta * kl
+    coef = report_kl_coef_of(trainer.cfg)
+    combined = reward - coef * kl
     out = {"n_queries": len(problems), "n_samples": n,
            "task_reward": float(reward.mean()), "task_reward_se": _se(reward),
-           "kl": float(kl.mean()), "kl_se": _se(kl), "eta": eta,
+           "kl": float(kl.mean()), "kl_se": _se(kl), "report_kl_coef": coef,
            "combined_reward": float(combined.mean()), "combined_reward_se": _se(combined)}
     if exact:
         k = cfg.pass_k

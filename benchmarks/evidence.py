@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .intervals import Interval, mean_interval
 from .records import RunData, Trajectory
-from .stats import Interval, mean_interval
 
 MIN_SEEDS, MIN_POINTS = 3, 5
 MEANINGFUL = 0.10  # a reward change or gap within ±10% of the task's reward scale is negligible
@@ -40,9 +40,9 @@ class Inputs:
         return MEANINGFUL * self.scale
 
 
-def left_out(data: RunData, task: str, eta, methods: list[str], seeds: list[int]) -> str:
+def left_out(data: RunData, task: str, kl_coef, methods: list[str], seeds: list[int]) -> str:
     """The seeds some compared method has records of but that are not used, and why."""
-    every = {m: data.trajectories(task, m, eta, complete=False) for m in methods}
+    every = {m: data.trajectories(task, m, kl_coef, complete=False) for m in methods}
     full = {m: max((len(t.iterations) for t in every[m].values()), default=0) for m in methods}
     why = {}
     for s in sorted(set().union(*every.values()) - set(seeds)):
@@ -67,14 +67,14 @@ def learning_gate(method: str, gain: Interval, per_seed: list[float], delta: flo
             f"learn): its mean alone reward over the base is {gain}, per seed {seeds}")
 
 
-def gather(data: RunData, task: str, eta, methods: list[str]) -> Inputs:
+def gather(data: RunData, task: str, kl_coef, methods: list[str]) -> Inputs:
     """The claim inputs, with `problem` set when a verdict cannot be given."""
-    raw = {m: data.trajectories(task, m, eta) for m in methods}  # every point only
+    raw = {m: data.trajectories(task, m, kl_coef) for m in methods}  # every point only
     seeds = sorted(set.intersection(*(set(t) for t in raw.values()))) if raw else []
     trajs = {m: {s: t[s].smoothed() for s in seeds} for m, t in raw.items()}
     out = Inputs(trajs, seeds, data.alone_reward_scale(task, methods),
                  raw={m: {s: t[s] for s in seeds} for m, t in raw.items()},
-                 left_out=left_out(data, task, eta, methods, seeds))
+                 left_out=left_out(data, task, kl_coef, methods, seeds))
     problems = []
     if len(seeds) < MIN_SEEDS:
         problems.append(f"too few seeds: {len(seeds)} < {MIN_SEEDS}")
@@ -92,6 +92,6 @@ def gather(data: RunData, task: str, eta, methods: list[str]) -> Inputs:
     return out
 
 
-def missing_methods(data: RunData, task: str, eta, methods) -> list[str]:
+def missing_methods(data: RunData, task: str, kl_coef, methods) -> list[str]:
     """Methods without alone-evaluation records on this task."""
-    return [m for m in methods if not data.trajectories(task, m, eta)]
+    return [m for m in methods if not data.trajectories(task, m, kl_coef)]

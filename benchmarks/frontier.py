@@ -8,8 +8,9 @@ import math
 
 import numpy as np
 
+from .intervals import Interval, mean_interval
 from .records import Trajectory
-from .stats import Interval, common_range, envelope, kl_at_reward, mean_interval, reward_at_kl
+from .stats import common_range, envelope, kl_at_reward, reward_at_kl
 
 LEVELS = (0.25, 0.5, 0.75, 1.0)  # matched points: these fractions of the shared range
 KL_FLOOR = 1e-6  # log KL of a point at KL 0

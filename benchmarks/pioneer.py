@@ -13,8 +13,8 @@ import numpy as np
 
 from agents.learners.base import resolve_method
 
+from .intervals import Interval, mean_interval
 from .records import RunData, position_of, select
-from .stats import Interval, mean_interval
 
 
 def pioneer_counts(rows: list[dict], iterations) -> list[int]:
@@ -34,21 +34,21 @@ class PioneerReading:
     points: int  # alone points read per seed (over the method's models)
 
 
-def read(data: RunData, task: str, eta, method: str) -> PioneerReading | None:
+def read(data: RunData, task: str, kl_coef, method: str) -> PioneerReading | None:
     """Per seed shared with PPO, the mean over the method's models and its alone points after
     the base (up to PPO's last iteration in pioneer iterations) of its reward minus PPO's;
     None when its every model answered first in every iteration (a single model, or one policy
     in every position: the two readings are the same)."""
-    ppo = data.trajectories(task, "ppo", eta)
+    ppo = data.trajectories(task, "ppo", kl_coef)
     one_policy = _one_policy(method)
     at_pioneer, at_iteration, counts, points, partial = [], [], [], [], False
     for seed, base in sorted(ppo.items()):
         gaps_p, gaps_i = [], []
-        for model in data.models(task, method, eta):
-            curve = data.trajectories(task, method, eta, model).get(seed)
+        for model in data.models(task, method, kl_coef):
+            curve = data.trajectories(task, method, kl_coef, model).get(seed)
             if curve is None:
                 continue
-            rows = select(data.rows, task=task, method=method, sweep_eta=eta, seed=seed,
+            rows = select(data.rows, task=task, method=method, swept_kl_coef=kl_coef, seed=seed,
                           **({} if one_policy else {"agent": model}))
             for it, reward, n in zip(curve.iterations, curve.reward,
                                      pioneer_counts(rows, curve.iterations)):
@@ -75,15 +75,15 @@ def _one_policy(method: str) -> bool:
         return False
 
 
-def pioneer_table(data: RunData, task: str, eta) -> list[str]:
+def pioneer_table(data: RunData, task: str, kl_coef) -> list[str]:
     """Every method with role exchange against PPO at matched pioneer iterations."""
-    if not data.trajectories(task, "ppo", eta):
+    if not data.trajectories(task, "ppo", kl_coef):
         return []
     lines = ["| method | reward − PPO's at the same pioneer iterations | reward − PPO's at the "
              "same iteration | pioneer iterations read | points per seed |",
              "|---|---|---|---|---|"]
-    for method in data.methods(task, eta):
-        reading = None if method == "ppo" else read(data, task, eta, method)
+    for method in data.methods(task, kl_coef):
+        reading = None if method == "ppo" else read(data, task, kl_coef, method)
         if reading is not None:
             lo, hi = reading.span
             lines.append(f"| {method} | {reading.at_pioneer} | {reading.at_iteration} | "

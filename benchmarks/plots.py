@@ -1,5 +1,5 @@
 """The run folder's plots (matplotlib, Agg): every model alone, the in-training curves, chain
-positions, the reward–KL frontier and an η sweep's Pareto front. Reads only the records."""
+positions, the reward–KL frontier and a kl_coef sweep's Pareto front. Reads only the records."""
 
 from __future__ import annotations
 
@@ -29,10 +29,10 @@ def _colors(methods: list[str]) -> dict[str, str]:
     return {m: palette[i % len(palette)] for i, m in enumerate(methods)}
 
 
-def exchanges(data: RunData, task: str, method: str, eta) -> list[int]:
+def exchanges(data: RunData, task: str, method: str, kl_coef) -> list[int]:
     """Iterations at which the method's models exchanged roles (the rotation changed)."""
     flags = {}
-    for r in select(data.rows, task=task, method=method, sweep_eta=eta):
+    for r in select(data.rows, task=task, method=method, swept_kl_coef=kl_coef):
         flags[r["iteration"]] = rotation_of(r)
     its = sorted(flags)
     return [i for prev, i in zip(its, its[1:]) if flags[i] != flags[prev]]
@@ -55,12 +55,12 @@ def _finish(fig, axes, title: str, path) -> None:
     plt.close(fig)
 
 
-def _mark_exchanges(data: RunData, task: str, eta, axes, colors) -> None:
+def _mark_exchanges(data: RunData, task: str, kl_coef, axes, colors) -> None:
     """Dotted grey vertical lines at every role exchange (methods sharing a schedule share
     a label)."""
     schedules: dict[tuple, list[str]] = defaultdict(list)
-    for method in data.methods(task, eta):
-        its = tuple(exchanges(data, task, method, eta))
+    for method in data.methods(task, kl_coef):
+        its = tuple(exchanges(data, task, method, kl_coef))
         if its:
             schedules[its].append(method)
     for k, (its, methods) in enumerate(schedules.items()):
@@ -79,12 +79,12 @@ def _band(ax, x, ys: np.ndarray, color, ls, label, marker=None) -> None:
     ax.fill_between(x, mean - std, mean + std, color=color, alpha=0.12)
 
 
-def _alone_series(data: RunData, task: str, eta):
+def _alone_series(data: RunData, task: str, kl_coef):
     """(method, j, label, trajectories cut to the points every seed reached) per method model."""
-    for method in data.methods(task, eta):
-        models = data.models(task, method, eta)
+    for method in data.methods(task, kl_coef):
+        models = data.models(task, method, kl_coef)
         for j, model in enumerate(models):
-            trajs = list(data.trajectories(task, method, eta, model).values())
+            trajs = list(data.trajectories(task, method, kl_coef, model).values())
             n = min(len(t.iterations) for t in trajs)
             label = method if len(models) == 1 else f"{method} {model}"
             yield method, j, label, [replace(t, iterations=t.iterations[:n], kl=t.kl[:n],
@@ -92,37 +92,37 @@ def _alone_series(data: RunData, task: str, eta):
                                      for t in trajs]
 
 
-def _three_panels(data: RunData, task: str, eta, path, ylabels, title: str, draw) -> None:
+def _three_panels(data: RunData, task: str, kl_coef, path, ylabels, title: str, draw) -> None:
     """Three panels against iteration that `draw(axes, colors)` fills; role exchanges marked."""
     plt = _pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
-    colors = _colors(data.methods(task, eta))
+    colors = _colors(data.methods(task, kl_coef))
     draw(axes, colors)
     for ax, ylabel in zip(axes, ylabels):
         ax.set_xlabel("iteration")
         ax.set_ylabel(ylabel)
-    _mark_exchanges(data, task, eta, axes, colors)
-    _finish(fig, axes, title if eta is None else f"{title}, η = {eta:g}", path)
+    _mark_exchanges(data, task, kl_coef, axes, colors)
+    _finish(fig, axes, title if kl_coef is None else f"{title}, kl_coef = {kl_coef:g}", path)
 
 
-def plot_alone(data: RunData, task: str, eta, path) -> None:
+def plot_alone(data: RunData, task: str, kl_coef, path) -> None:
     """Every model answering alone against iteration: task reward, ΣKL, combined reward."""
     def draw(axes, colors):
-        for method, j, label, trajs in _alone_series(data, task, eta):
+        for method, j, label, trajs in _alone_series(data, task, kl_coef):
             for ax, f in zip(axes, ("reward", "kl", "combined")):
                 _band(ax, trajs[0].iterations, np.array([getattr(t, f) for t in trajs]),
                       colors[method], ("-", "--", "-.", ":")[j % 4], label, marker="o")
 
-    _three_panels(data, task, eta, path, ["task reward", "Σ_t KL (nats)",
-                                          f"r − η·ΣKL, η = {data.alone_eta(task):g}"],
+    _three_panels(data, task, kl_coef, path, ["task reward", "Σ_t KL (nats)",
+                                          f"r − c·ΣKL, c = {data.report_kl_coef(task):g}"],
                   f"{task}: every model answering alone (mean ± std over seeds)", draw)
 
 
-def plot_training(data: RunData, task: str, eta, path) -> None:
+def plot_training(data: RunData, task: str, kl_coef, path) -> None:
     """In-training task reward, KL and combined reward per model, role exchanges marked."""
     def draw(axes, colors):
-        for method in data.methods(task, eta):
-            for j, (label, match) in enumerate(data.series(task, method, eta)):
+        for method in data.methods(task, kl_coef):
+            for j, (label, match) in enumerate(data.series(task, method, kl_coef)):
                 for ax, f in zip(axes, ("task_reward", "kl", "combined_reward")):
                     per_seed = list(curves(data.rows, f, **match).values())
                     if not per_seed:
@@ -131,21 +131,21 @@ def plot_training(data: RunData, task: str, eta, path) -> None:
                     _band(ax, np.arange(n), np.array([c[:n] for c in per_seed]),
                           colors[method], ("-", "--")[j % 2], label)
 
-    _three_panels(data, task, eta, path, ["task reward", "Σ_t KL (nats)",
-                                          "r − η·ΣKL (one η per run)"],
+    _three_panels(data, task, kl_coef, path, ["task reward", "Σ_t KL (nats)",
+                                          "r − c·ΣKL (one c per run)"],
                   f"{task}: in training, per model (mean ± std over seeds)", draw)
 
 
-def plot_positions(data: RunData, task: str, eta, path) -> None:
+def plot_positions(data: RunData, task: str, kl_coef, path) -> None:
     """Multi-agent methods, per chain position: in-training task reward and the copy rate of
     the previous answer against iteration (mean ± std over seeds)."""
     plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-    methods = [m for m in data.methods(task, eta) if data.two_agent(task, m)]
-    colors = _colors(data.methods(task, eta))
+    methods = [m for m in data.methods(task, kl_coef) if data.two_agent(task, m)]
+    colors = _colors(data.methods(task, kl_coef))
     for method in methods:
-        for k, role in enumerate(data.roles(task, method, eta)):
-            match = {"task": task, "method": method, "sweep_eta": eta, "role": role}
+        for k, role in enumerate(data.roles(task, method, kl_coef)):
+            match = {"task": task, "method": method, "swept_kl_coef": kl_coef, "role": role}
             for ax, f in zip(axes, ("task_reward", "copy_rate")):
                 per_seed = [c for c in curves(data.rows, f, **match).values() if c]
                 if per_seed:
@@ -156,79 +156,79 @@ def plot_positions(data: RunData, task: str, eta, path) -> None:
                                  "answer")):
         ax.set_xlabel("iteration")
         ax.set_ylabel(ylabel)
-    _mark_exchanges(data, task, eta, axes, colors)
+    _mark_exchanges(data, task, kl_coef, axes, colors)
     title = f"{task}: per chain position"
-    _finish(fig, axes, title if eta is None else f"{title}, η = {eta:g}", path)
+    _finish(fig, axes, title if kl_coef is None else f"{title}, kl_coef = {kl_coef:g}", path)
 
 
-def plot_frontier(data: RunData, task: str, eta, path) -> None:
+def plot_frontier(data: RunData, task: str, kl_coef, path) -> None:
     """Alone task reward against alone ΣKL, one line per method and model (mean over seeds,
     iteration order; the first point is the base model)."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    colors = _colors(data.methods(task, eta))
-    for method, j, label, trajs in _alone_series(data, task, eta):
+    colors = _colors(data.methods(task, kl_coef))
+    for method, j, label, trajs in _alone_series(data, task, kl_coef):
         ax.plot(np.mean([t.kl for t in trajs], 0), np.mean([t.reward for t in trajs], 0),
                 color=colors[method], ls=("-", "--", "-.", ":")[j % 4], marker="o", ms=3,
                 label=label)
     ax.set_xlabel("Σ_t KL to the reference (nats), alone")
     ax.set_ylabel("task reward, alone")
     title = f"{task}: reward–KL frontier"
-    _finish(fig, [ax], title if eta is None else f"{title}, η = {eta:g}", path)
+    _finish(fig, [ax], title if kl_coef is None else f"{title}, kl_coef = {kl_coef:g}", path)
 
 
 def plot_pareto(data: RunData, task: str, path: str | os.PathLike) -> None:
-    """Final alone reward against final alone ΣKL per fixed η: each seed's front (thin) and
-    the mean over seeds, one line per method (η labels offset so they do not overlap)."""
+    """Final alone reward against final alone ΣKL per fixed kl_coef: each seed's front (thin) and
+    the mean over seeds, one line per method (labels offset so they do not overlap)."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    etas = sorted(e for e in data.etas(task) if e is not None)
-    methods = ordered(m for e in etas for m in data.methods(task, e))
+    kl_coefs = sorted(e for e in data.kl_coefs(task) if e is not None)
+    methods = ordered(m for e in kl_coefs for m in data.methods(task, e))
     colors = _colors(methods)
     for mi, method in enumerate(methods):
         means = []
         per_seed: dict[int, list] = defaultdict(list)
-        for eta in etas:
-            trajs = data.trajectories(task, method, eta)
+        for kl_coef in kl_coefs:
+            trajs = data.trajectories(task, method, kl_coef)
             finals = [(t.kl[-1], t.reward[-1]) for t in trajs.values()]
             if not finals:
                 continue
             for seed, t in trajs.items():
                 per_seed[seed].append((t.kl[-1], t.reward[-1]))
-            means.append((eta, *np.mean(finals, 0)))
+            means.append((kl_coef, *np.mean(finals, 0)))
         for front in per_seed.values():  # each seed's own front, thin
             ax.plot(*zip(*front), color=colors[method], lw=0.6, alpha=0.35, marker=".", ms=4)
         if not means:
             continue
         ax.plot([m[1] for m in means], [m[2] for m in means], color=colors[method], marker="o",
                 label=method)
-        for eta, x, y in means:
-            ax.annotate(f"η={eta:g}", (x, y), xytext=(6, 8 * (mi - len(methods) / 2) + 3),
+        for kl_coef, x, y in means:
+            ax.annotate(f"kl_coef={kl_coef:g}", (x, y), xytext=(6, 8 * (mi - len(methods) / 2) + 3),
                         textcoords="offset points", fontsize=7, color=colors[method])
     ax.set_xlabel("final Σ_t KL (nats), alone")
     ax.set_ylabel("final task reward, alone")
-    _finish(fig, [ax], f"{task}: final reward vs KL over fixed η (thin: each seed)", path)
+    _finish(fig, [ax], f"{task}: final reward vs KL over fixed kl_coef (thin: each seed)", path)
 
 
 def write_plots(data: RunData, folder: str | os.PathLike) -> dict[str, list[str]]:
-    """All PNGs of a run; returns their names keyed "task|eta" (and "task|pareto")."""
+    """All PNGs of a run; returns their names keyed "task|kl_coef" (and "task|pareto")."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     made: dict[str, list[str]] = defaultdict(list)
     for task in data.tasks():
-        etas = data.etas(task)
-        for eta in etas:
-            tail = "" if eta is None else f"_eta{eta:g}"
+        kl_coefs = data.kl_coefs(task)
+        for kl_coef in kl_coefs:
+            tail = "" if kl_coef is None else f"_kl{kl_coef:g}"
             plots = [(f"curves_{task}{tail}.png", plot_training)]
-            if any(data.two_agent(task, m) for m in data.methods(task, eta)):
+            if any(data.two_agent(task, m) for m in data.methods(task, kl_coef)):
                 plots.append((f"positions_{task}{tail}.png", plot_positions))
-            if any(data.trajectories(task, m, eta) for m in data.methods(task, eta)):
+            if any(data.trajectories(task, m, kl_coef) for m in data.methods(task, kl_coef)):
                 plots = [(f"alone_{task}{tail}.png", plot_alone),
                          (f"frontier_{task}{tail}.png", plot_frontier), *plots]
             for name, plot in plots:
-                plot(data, task, eta, folder / name)
-                made[f"{task}|{eta}"].append(f"plots/{name}")
-        if len([e for e in etas if e is not None]) > 1:
+                plot(data, task, kl_coef, folder / name)
+                made[f"{task}|{kl_coef}"].append(f"plots/{name}")
+        if len([e for e in kl_coefs if e is not None]) > 1:
             plot_pareto(data, task, folder / f"pareto_{task}.png")
             made[f"{task}|pareto"].append(f"plots/pareto_{task}.png")
     return dict(made)

@@ -28,14 +28,18 @@ from cory_env import is_exact_match
 
 from .stats import smooth
 
-FORMAT = 4  # of run_config.json and the records beside it (4: one combined reward)
+FORMAT = 5  # of run_config.json and the records beside it (5: the KL coefficient's one name)
 
 
 def check_format(config: dict, where) -> None:
-    """Refuse a run folder written in another format, naming both (format 3 recorded the
-    training combined reward at the current beta, 2 and earlier used setting names that were
-    renamed since, e.g. ppo.init_kl_coef for ppo.kl.beta)."""
+    """Refuse a run folder written in another format, naming both and the way on (format 4
+    is rewritten once by `python -m benchmarks.migrate`; 3 recorded the training combined
+    reward at the current KL coefficient, 2 and earlier used settings renamed since)."""
     found = config.get("format")
+    if found == 4:
+        folder = Path(where).parent
+        raise ValueError(f"{where} is run-folder format 4 (the KL coefficient's old names); "
+                         f"rewrite it once with python -m benchmarks.migrate {folder}")
     if found != FORMAT:
         raise ValueError(f"{where} is run-folder format {found}, this version reads format "
                          f"{FORMAT} only: rerun it, or read it with the version that wrote it")
@@ -211,22 +215,22 @@ class RunData:
         """Tasks in run order."""
         return ordered(r["task"] for r in self.rows)
 
-    def etas(self, task: str) -> list:
+    def kl_coefs(self, task: str) -> list:
         """KL-coefficient settings run on a task (None = the preset's own)."""
-        return ordered(r["sweep_eta"] for r in select(self.rows, task=task))
+        return ordered(r["swept_kl_coef"] for r in select(self.rows, task=task))
 
-    def methods(self, task: str, eta=None) -> list[str]:
-        """Methods run on a task at one eta."""
-        return ordered(r["method"] for r in select(self.rows, task=task, sweep_eta=eta))
+    def methods(self, task: str, kl_coef=None) -> list[str]:
+        """Methods run on a task at one kl_coef."""
+        return ordered(r["method"] for r in select(self.rows, task=task, swept_kl_coef=kl_coef))
 
     def agents(self, task: str, method: str) -> list[str]:
         """The method's models (llm_0, and llm_1 .. llm_{K-1} for multi-agent methods)."""
         return sorted(ordered(r["agent"] for r in select(self.rows, task=task, method=method)),
                       key=lambda a: int(a.rsplit("_", 1)[-1]) if a[-1].isdigit() else 0)
 
-    def roles(self, task: str, method: str, eta=None) -> list[str]:
+    def roles(self, task: str, method: str, kl_coef=None) -> list[str]:
         """The method's chain positions by role name, pioneer first."""
-        rows = select(self.rows, task=task, method=method, sweep_eta=eta)
+        rows = select(self.rows, task=task, method=method, swept_kl_coef=kl_coef)
         at = {r["role"]: position_of(r) for r in rows}
         return sorted(at, key=at.get)
 
@@ -238,14 +242,14 @@ class RunData:
         """Final-value mean ± std over seeds."""
         return final_stat(self.rows, field, self.window, **match)
 
-    def trajectories(self, task: str, method: str, eta, model: str | None = None,
+    def trajectories(self, task: str, method: str, kl_coef, model: str | None = None,
                      complete: bool = True) -> dict[int, Trajectory]:
         """seed -> the method's alone trajectory (mean over its models, or one `model`). A
         seed with fewer points than the method's longest (still running, stopped early or a
         record lost) is left out unless `complete` is False."""
-        key = (task, method, eta, model, id(self.evals), len(self.evals))
+        key = (task, method, kl_coef, model, id(self.evals), len(self.evals))
         if key not in self._trajectories:
-            match = {"task": task, "method": method, "sweep_eta": eta}
+            match = {"task": task, "method": method, "swept_kl_coef": kl_coef}
             if model is not None:
                 match["model"] = model
             rows = select(self.evals, **match)
@@ -255,10 +259,10 @@ class RunData:
         full = max((len(t.iterations) for t in out.values()), default=0)
         return {s: t for s, t in out.items() if not complete or len(t.iterations) == full}
 
-    def models(self, task: str, method: str, eta) -> list[str]:
+    def models(self, task: str, method: str, kl_coef) -> list[str]:
         """The method's models that were evaluated alone."""
         return sorted(ordered(r["model"] for r in select(self.evals, task=task, method=method,
-                                                         sweep_eta=eta)))
+                                                         swept_kl_coef=kl_coef)))
 
     def alone_reward_scale(self, task: str, methods: Sequence[str] | None = None) -> float:
         """The task's reward scale: 1 for exact-match tasks (rewards in [0, 1]), else the span
@@ -270,16 +274,16 @@ class RunData:
                   if methods is None or r["method"] in methods]
         return float(max(values) - min(values)) if values else 0.0
 
-    def alone_eta(self, task: str) -> float:
-        """The η of the alone combined reward on a task (the records' own)."""
-        etas = ordered(r.get("eta") for r in select(self.evals, task=task))
-        return float(etas[0]) if etas and etas[0] is not None else float("nan")
+    def report_kl_coef(self, task: str) -> float:
+        """The KL coefficient of the alone combined reward on a task (the records' own)."""
+        coefs = ordered(r.get("report_kl_coef") for r in select(self.evals, task=task))
+        return float(coefs[0]) if coefs and coefs[0] is not None else float("nan")
 
-    def series(self, task: str, method: str, eta) -> list[tuple[str, dict]]:
+    def series(self, task: str, method: str, kl_coef) -> list[tuple[str, dict]]:
         """(label, match) of each model of a method, named by its agent (llm_0, llm_1, ...) as
         in every table and plot."""
         if not self.two_agent(task, method):
-            return [(method, {"task": task, "method": method, "sweep_eta": eta})]
-        return [(f"{method} {a}", {"task": task, "method": method, "sweep_eta": eta,
+            return [(method, {"task": task, "method": method, "swept_kl_coef": kl_coef})]
+        return [(f"{method} {a}", {"task": task, "method": method, "swept_kl_coef": kl_coef,
                                    "agent": a})
                 for a in self.agents(task, method)]

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 
-from agents.refmodels.transfer import format_transfer
 from cory_common.files import atomic_write
 
 from .claims import CONTRADICTED, INCONCLUSIVE, SUPPORTED, all_claims
@@ -26,32 +25,34 @@ from .frontier import matched_kl_ratio, matched_reward_gap, ratio_text
 from .pioneer import pioneer_table
 from .plots import write_plots
 from .records import RunData, curves, final_value, mean_std, no_records, ordered, select
+from .transfer import format_transfer
 
 TABLE_FIELDS = ("task_reward", "kl", "combined_reward", "distinct_1", "distinct_2")
 
 
 # ------------------------------------------------------------------------------- markdown
-def metrics_table(data: RunData, task: str, eta) -> list[str]:
+def metrics_table(data: RunData, task: str, kl_coef) -> list[str]:
     """One row per method model: final task reward, KL, combined reward, distinct-1/2."""
     labels = {"task_reward": "task reward", "kl": "KL", "combined_reward": "combined reward",
               "distinct_1": "distinct-1", "distinct_2": "distinct-2"}
     lines = ["| method | model | " + " | ".join(labels[f] for f in TABLE_FIELDS) + " |",
              "|---|---|" + "---|" * len(TABLE_FIELDS)]
-    for method in data.methods(task, eta):
+    for method in data.methods(task, kl_coef):
         rows = [(match.get("agent", "llm_0"), match)
-                for _, match in data.series(task, method, eta)]
+                for _, match in data.series(task, method, kl_coef)]
         if data.two_agent(task, method):
-            rows += [(role, {"task": task, "method": method, "sweep_eta": eta, "role": role})
-                     for role in data.roles(task, method, eta)]
+            rows += [(role, {"task": task, "method": method, "swept_kl_coef": kl_coef,
+                             "role": role})
+                     for role in data.roles(task, method, kl_coef)]
         for model, match in rows:
             cells = [str(data.stat(f, **match)) for f in TABLE_FIELDS]
             lines.append(f"| {method} | {model} | " + " | ".join(cells) + " |")
     return lines
 
 
-def rounds_table(data: RunData, task: str, eta) -> list[str]:
+def rounds_table(data: RunData, task: str, kl_coef) -> list[str]:
     """With rounds: per method and role, each round's task reward and KL (final iterations)."""
-    rows = select(data.rows, task=task, sweep_eta=eta)
+    rows = select(data.rows, task=task, swept_kl_coef=kl_coef)
     n = max((int(k.split("_")[1]) for r in rows for k in r if k.startswith("round_")
              and k.endswith("_kl")), default=0)
     if not n:
@@ -59,9 +60,9 @@ def rounds_table(data: RunData, task: str, eta) -> list[str]:
     lines = ["| method | role | " + " | ".join(f"round {r} reward | round {r} KL"
                                               for r in range(1, n + 1)) + " |",
              "|---|---|" + "---|---|" * n]
-    for method in data.methods(task, eta):
-        for role in data.roles(task, method, eta):
-            match = {"task": task, "method": method, "sweep_eta": eta, "role": role}
+    for method in data.methods(task, kl_coef):
+        for role in data.roles(task, method, kl_coef):
+            match = {"task": task, "method": method, "swept_kl_coef": kl_coef, "role": role}
             cells = [str(data.stat(f"round_{r}_{f}", **match)) for r in range(1, n + 1)
                      for f in ("task_reward", "kl")]
             lines.append(f"| {method} | {role} | " + " | ".join(cells) + " |")
@@ -79,13 +80,13 @@ def rounds_note(config: dict) -> list[str]:
             f"made no claim about several rounds.", ""]
 
 
-def cut_lines(data: RunData, task: str, eta) -> list[str]:
+def cut_lines(data: RunData, task: str, kl_coef) -> list[str]:
     """Where the window cut prompts (their start dropped to fit): per method and role, the
     mean tokens cut and the share of episodes cut, over every iteration and seed."""
     lines = []
-    for method in data.methods(task, eta):
-        rows = select(data.rows, task=task, method=method, sweep_eta=eta)
-        for role in data.roles(task, method, eta):
+    for method in data.methods(task, kl_coef):
+        rows = select(data.rows, task=task, method=method, swept_kl_coef=kl_coef)
+        for role in data.roles(task, method, kl_coef):
             cut = [r["prompt_tokens_cut"] for r in rows
                    if r.get("role") == role and r.get("prompt_tokens_cut")]
             if cut:
@@ -100,15 +101,15 @@ def cut_lines(data: RunData, task: str, eta) -> list[str]:
             "`context_len`):", "", *lines, ""]
 
 
-def audit_table(data: RunData, task: str, eta) -> list[str]:
+def audit_table(data: RunData, task: str, kl_coef) -> list[str]:
     """Multi-agent methods: each position's gain over the previous one and how often it
     copied the previous answer verbatim."""
     lines = []
-    for method in data.methods(task, eta):
+    for method in data.methods(task, kl_coef):
         if not data.two_agent(task, method):
             continue
-        base = {"task": task, "method": method, "sweep_eta": eta}
-        roles = data.roles(task, method, eta)
+        base = {"task": task, "method": method, "swept_kl_coef": kl_coef}
+        roles = data.roles(task, method, kl_coef)
         for before, role in zip(roles, roles[1:]):
             gain = {}
             for seed in ordered(r["seed"] for r in select(data.rows, **base)):
@@ -130,19 +131,20 @@ def audit_table(data: RunData, task: str, eta) -> list[str]:
             "iterations) |", "|---|---|---|---|---|---|", *lines]
 
 
-def alone_table(data: RunData, task: str, eta) -> list[str]:
+def alone_table(data: RunData, task: str, kl_coef) -> list[str]:
     """Every model answering alone: base and final task reward, ΣKL and combined reward."""
     lines = ["| method | model | task reward | Σ KL (nats) | combined reward | "
              "evaluation points |", "|---|---|---|---|---|---|"]
-    base = [t for m in data.methods(task, eta) for t in data.trajectories(task, m, eta).values()]
+    base = [t for m in data.methods(task, kl_coef)
+            for t in data.trajectories(task, m, kl_coef).values()]
     if not base:
         return []
     first = [(t.reward[0], t.kl[0], t.combined[0]) for t in base]
     lines.append("| base | – | " + " | ".join(str(mean_std([f[i] for f in first]))
                                                for i in range(3)) + " | iteration 0 |")
-    for method in data.methods(task, eta):
-        for model in data.models(task, method, eta):
-            trajs = data.trajectories(task, method, eta, model).values()
+    for method in data.methods(task, kl_coef):
+        for model in data.models(task, method, kl_coef):
+            trajs = data.trajectories(task, method, kl_coef, model).values()
             cells = [str(mean_std([getattr(t, f)[-1] for t in trajs]))
                      for f in ("reward", "kl", "combined")]
             n = min(len(t.iterations) for t in trajs)
@@ -150,9 +152,9 @@ def alone_table(data: RunData, task: str, eta) -> list[str]:
     return lines
 
 
-def arms_table(data: RunData, task: str, eta) -> list[str]:
+def arms_table(data: RunData, task: str, kl_coef) -> list[str]:
     """Every method against PPO on the frontier: KL at matched reward, reward at matched KL."""
-    methods = [m for m in data.methods(task, eta) if data.trajectories(task, m, eta)]
+    methods = [m for m in data.methods(task, kl_coef) if data.trajectories(task, m, kl_coef)]
     if "ppo" not in methods or len(methods) < 2:
         return []
     lines = ["| method | KL_PPO / KL_method at matched reward | reward_method − reward_PPO at "
@@ -160,7 +162,7 @@ def arms_table(data: RunData, task: str, eta) -> list[str]:
     for m in methods:
         if m == "ppo":
             continue
-        inp = gather(data, task, eta, ["ppo", m])
+        inp = gather(data, task, kl_coef, ["ppo", m])
         ratio, _ = matched_kl_ratio(inp.points("ppo"), inp.points(m))
         gap, _ = matched_reward_gap(inp.points(m), inp.points("ppo"))
         lines.append(f"| {m} | {ratio_text(ratio)} | {gap} | {inp.gains[m]} |")
@@ -173,30 +175,31 @@ def eval_table(data: RunData, task: str) -> list[str]:
     if not evals:
         return []
     k = evals[0].get("k")
-    lines = [f"| method | model | eta | pass@1 | pass@{k} | greedy | problems × samples |",
+    lines = [f"| method | model | kl_coef | pass@1 | pass@{k} | greedy | problems × samples |",
              "|---|---|---|---|---|---|---|"]
     base = select(evals, iteration=0)
     groups = [("base", "–", None, base)] if base else []
     for method in ordered(e["method"] for e in evals):
-        for eta in ordered(e["sweep_eta"] for e in select(evals, method=method)):
-            for model in ordered(e["model"] for e in select(evals, method=method, sweep_eta=eta)):
-                group = select(evals, method=method, sweep_eta=eta, model=model, final=True)
+        for kl_coef in ordered(e["swept_kl_coef"] for e in select(evals, method=method)):
+            for model in ordered(e["model"] for e in select(evals, method=method,
+                                                            swept_kl_coef=kl_coef)):
+                group = select(evals, method=method, swept_kl_coef=kl_coef, model=model, final=True)
                 if group:
-                    groups.append((method, model, eta, group))
-    for method, model, eta, group in groups:
+                    groups.append((method, model, kl_coef, group))
+    for method, model, kl_coef, group in groups:
         cells = [str(mean_std([e[f] for e in group if f in e]))
                  for f in ("pass@1", "pass@k", "greedy")]
         size = f"{group[0]['n_queries']} × {group[0]['n_samples']}"
-        eta_s = "–" if eta is None else f"{eta:g}"
-        lines.append(f"| {method} | {model} | {eta_s} | " + " | ".join(cells) + f" | {size} |")
+        coef_s = "–" if kl_coef is None else f"{kl_coef:g}"
+        lines.append(f"| {method} | {model} | {coef_s} | " + " | ".join(cells) + f" | {size} |")
     return lines
 
 
-def sample_lines(data: RunData, task: str, eta, per_method: int = 2) -> list[str]:
+def sample_lines(data: RunData, task: str, kl_coef, per_method: int = 2) -> list[str]:
     """A few responses per method model from the last iteration of its first seed."""
     lines = []
-    for method in data.methods(task, eta):
-        rows = select(data.rows, task=task, method=method, sweep_eta=eta)
+    for method in data.methods(task, kl_coef):
+        rows = select(data.rows, task=task, method=method, swept_kl_coef=kl_coef)
         seed = rows[0]["seed"]
         last = max(r["iteration"] for r in select(rows, seed=seed))
         for r in select(rows, seed=seed, iteration=last):
@@ -211,8 +214,8 @@ def settings_lines(config: dict) -> list[str]:
     """The run's shared settings as a compact bullet list."""
     keep = ("preset", "quick", "tasks", "methods", "seeds", "iterations", "batch_size",
             "mini_batch_size", "grad_accum_steps", "ppo_epochs", "lr", "lr_by_method",
-            "beta", "adaptive_kl", "kl_target", "kl_penalty", "t_rex", "max_new_tokens",
-            "repetition_penalty", "model", "eta_sweep", "final_window", "device", "threads")
+            "kl_coef", "adaptive_kl", "kl_target", "kl_penalty", "t_rex", "max_new_tokens",
+            "repetition_penalty", "model", "kl_coef_sweep", "final_window", "device", "threads")
     out = []
     for name in keep:
         value: object = config
@@ -257,29 +260,31 @@ def render(data: RunData, plots: dict[str, list[str]] | None = None,
     if data.config:
         out += ["## Settings (shared by all methods)", "", *settings_lines(data.config), ""]
     for task in data.tasks():
-        for eta in data.etas(task):
-            title = task if eta is None else f"{task}, η = {eta:g}"
+        for kl_coef in data.kl_coefs(task):
+            title = task if kl_coef is None else f"{task}, kl_coef = {kl_coef:g}"
             out += [f"## {title}", "", "### Every model answering alone (final point)", "",
-                    *alone_table(data, task, eta), ""]
-            arms = arms_table(data, task, eta)
+                    *alone_table(data, task, kl_coef), ""]
+            arms = arms_table(data, task, kl_coef)
             if arms:
                 out += ["### Every method against PPO on the reward–KL frontier (alone, "
                         "exploratory: 95% intervals not corrected for multiple comparisons; "
                         "> 1×: less KL than PPO for the same reward)", "", *arms, ""]
-            pioneer = pioneer_table(data, task, eta)
+            pioneer = pioneer_table(data, task, kl_coef)
             if pioneer:
                 out += ["### Each model at its own pioneer iterations (alone, exploratory: the "
                         "training iterations in which it answered first; with role exchange a "
                         "model is pioneer about half of them)", "", *pioneer, ""]
-            out += [f"![{p.split('/')[-1][:-4]}](<{p}>)" for p in plots.get(f"{task}|{eta}", [])]
-            out += ["", "### In training (final iterations)", "", *metrics_table(data, task, eta),
+            out += [f"![{p.split('/')[-1][:-4]}](<{p}>)"
+                    for p in plots.get(f"{task}|{kl_coef}", [])]
+            out += ["", "### In training (final iterations)", "",
+                    *metrics_table(data, task, kl_coef),
                     ""]
-            out += rounds_table(data, task, eta)
-            out += cut_lines(data, task, eta)
-            audit = audit_table(data, task, eta)
+            out += rounds_table(data, task, kl_coef)
+            out += cut_lines(data, task, kl_coef)
+            audit = audit_table(data, task, kl_coef)
             if audit:
                 out += ["### Contribution audit", "", *audit, ""]
-            out += ["### Samples", "", *sample_lines(data, task, eta), ""]
+            out += ["### Samples", "", *sample_lines(data, task, kl_coef), ""]
         ev = eval_table(data, task)
         if ev:
             out += [f"### Test-split pass@k, alone [{task}]", "", *ev, ""]

@@ -3,7 +3,7 @@
     python -m benchmarks.run                      # ppo vs cory on sentiment + arithmetic, 3 seeds
     python -m benchmarks.run --quick              # a smoke run of about a minute
     python -m benchmarks.run --methods ppo,cory,cory-no-kt,cory-no-re --tasks arithmetic
-    python -m benchmarks.run --eta-sweep --tasks arithmetic          # + a Pareto plot
+    python -m benchmarks.run --kl-coef-sweep --tasks arithmetic          # + a Pareto plot
     python -m benchmarks.run --preset gsm8k       # the paper's GPU setting (hub access needed)
     python -m benchmarks.run --resume --out runs/X                  # continue a killed run
     python -m benchmarks.run --resume --out runs/X --seeds 0,1,2,3,4  # ... with two more seeds
@@ -24,7 +24,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # `python benchmarks/run.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agents.training import cli
+from agents.training.config import catalogue
 from agents.training.runlog import FolderBusy, LedgerError
 from benchmarks.config import BenchConfig, add_config_options, resolve_config, resume_config
 from benchmarks.runner import RunFolder, run_benchmark
@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      argument_default=argparse.SUPPRESS, allow_abbrev=False,
-                                     epilog=cli.catalogue())
+                                     epilog=catalogue())
     add_config_options(parser)
     parser.add_argument("--out", help="run folder (default runs/<timestamp>)")
     parser.add_argument("--resume", action="store_true",

@@ -23,13 +23,6 @@ from pathlib import Path
 import torch
 
 from agents.refmodels import reference_lm
-from agents.refmodels.transfer import (
-    budget_differences,
-    measure_transfer,
-    saved_transfer,
-    training_budget,
-    transfer_file,
-)
 from agents.training.config import TrainConfig
 from agents.training.runlog import (
     RunLock,
@@ -55,11 +48,18 @@ from .config import (
 )
 from .evaluate import evaluate_alone, evaluation_due
 from .records import FORMAT, check_format, select
+from .transfer import (
+    budget_differences,
+    measure_transfer,
+    saved_transfer,
+    training_budget,
+    transfer_file,
+)
 
-ID_COLUMNS = ("task", "method", "seed", "sweep_eta", "run", "iteration", "agent", "role",
+ID_COLUMNS = ("task", "method", "seed", "swept_kl_coef", "run", "iteration", "agent", "role",
               "position", "rotation")
 CSV_COLUMNS = ID_COLUMNS + (
-    "task_reward", "task_reward_std", "kl", "combined_reward", "eta", "beta",
+    "task_reward", "task_reward_std", "kl", "combined_reward", "report_kl_coef", "kl_coef",
     "collective_reward", "copy_rate", "distinct_1", "distinct_2", "repetition_rate",
     "response_length", "value_loss", "policy_loss", "loss", "clipfrac", "value_clipfrac",
     "approx_kl", "entropy", "ratio_mean", "grad_norm", "kl_loss", "sampled_neg_logprob",
@@ -221,7 +221,7 @@ def try_evaluate(trainer: Trainer, cfg: BenchConfig, spec: RunSpec, folder: RunF
 
 def mechanism(cfg: BenchConfig, folder: RunFolder, tasks: list[str] | None = None) -> dict:
     """Per task (default: every task of cfg), the model's knowledge and cross-role transfer
-    (`agents.refmodels.transfer`): measured once per offline reference LM (about 4 minutes,
+    (`benchmarks.transfer`): measured once per offline reference LM (about 4 minutes,
     then cached in its folder)."""
     out = {}
     for task in cfg.tasks if tasks is None else tasks:
@@ -233,7 +233,7 @@ def mechanism(cfg: BenchConfig, folder: RunFolder, tasks: list[str] | None = Non
         saved = saved_transfer(path)
         if saved is None and cfg.quick:
             out[task] = {"not_measured": f"a quick run does not measure it (python -m "
-                                         f"agents.refmodels --measure {task})"}
+                                         f"benchmarks.mechanism --measure {task})"}
             continue
         if saved is None:
             folder.log(f"{task}: measuring the model's knowledge and cross-role transfer")
@@ -265,7 +265,7 @@ def refresh_mechanism(cfg: BenchConfig, folder: RunFolder) -> None:
 
 def saved_mechanism(cfg: BenchConfig, folder: RunFolder, task: str) -> dict:
     """A measurement of a named model at this run's budget: the run folder's
-    transfer-<task>.json, else the one `agents.refmodels --measure` saved beside the model; one
+    transfer-<task>.json, else the one `benchmarks.mechanism --measure` saved beside the model; one
     at another budget (LoRA or not, lr, iterations, ...) is not used, and the answer says why."""
     model = cfg.model_for(task)
     run = training_budget(train_config(cfg, RunSpec(task, "ppo", cfg.seeds[0])))
@@ -279,7 +279,7 @@ def saved_mechanism(cfg: BenchConfig, folder: RunFolder, task: str) -> dict:
         if not differ:
             return measured
         other.append(f"{file} was measured at another budget ({'; '.join(differ)})")
-    how = (f"measure it at this run's budget with python -m agents.refmodels --measure {task} "
+    how = (f"measure it at this run's budget with python -m benchmarks.mechanism --measure {task} "
            f"--ppo-checkpoints ... --observer-only-checkpoints ... (this folder's ppo and "
            f"cory-no-re checkpoints) --out {own}, then --resume")
     return {"not_measured": "; ".join(other + [how]) if other else
@@ -288,14 +288,14 @@ def saved_mechanism(cfg: BenchConfig, folder: RunFolder, task: str) -> dict:
 
 # ------------------------------------------------------------------------------- progress
 class Progress:
-    """A one-line progress bar with an ETA on stderr (plain lines when not a terminal)."""
+    """A one-line progress bar with the time left on stderr (plain lines when not a terminal)."""
 
     def __init__(self, total: int, stream=None, enabled: bool = True):
         self.total, self.done, self.stream = max(total, 1), 0, stream or sys.stderr
         self.enabled, self.start, self.counted, self.last_line = enabled, time.time(), 0, 0.0
 
     def skip(self, n: int) -> None:
-        """Count units finished before this process started (no ETA credit)."""
+        """Count units finished before this process started (no credit in the time left)."""
         self.done += n
 
     def update(self, n: int = 1, note: str = "") -> None:
@@ -305,11 +305,11 @@ class Progress:
         if not self.enabled:
             return
         elapsed = time.time() - self.start
-        eta = elapsed / self.counted * (self.total - self.done) if self.counted else 0.0
+        left = elapsed / self.counted * (self.total - self.done) if self.counted else 0.0
         width = 24
         fill = int(width * self.done / self.total)
         line = (f"[{'#' * fill}{'.' * (width - fill)}] {self.done}/{self.total} "
-                f"{_clock(elapsed)} elapsed, ETA {_clock(eta)}  {note}")
+                f"{_clock(elapsed)} elapsed, about {_clock(left)} left  {note}")
         if self._tty():
             self.stream.write("\r" + line[:150].ljust(150))
         elif time.time() - self.last_line > 5 or self.done == self.total:
@@ -451,6 +451,10 @@ def _run_all(cfg: BenchConfig, folder: RunFolder, resume: bool, progress: bool,
     specs = run_specs(cfg)
     bar = Progress(len(specs) * cfg.train.iterations, enabled=progress)
     folder.log(f"{'resuming' if resume else 'starting'} {len(specs)} runs")
+    if cfg.kl_coef_sweep:  # the grid every task runs, as recorded in run_config.json
+        grid = ", ".join(f"{c:g}" for c in cfg.kl_coef_sweep)
+        folder.log(f"KL-coefficient sweep: {grid} (fixed, on every task)")
+        print(f"KL-coefficient sweep: {grid} (fixed, on every task)", file=sys.stderr)
     finished = True
     for spec in specs:
         if folder.done_marker(spec).exists():

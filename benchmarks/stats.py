@@ -2,7 +2,7 @@
 
 Everything is plain numpy on per-seed numbers. Conventions (the report prints them too):
 
-* **Intervals** (`agents.training.intervals.mean_interval`) are 95% Student-t intervals of a
+* **Intervals** (`benchmarks.intervals.mean_interval`) are 95% Student-t intervals of a
   mean over seeds (for a comparison: of the per-seed paired differences). The **detectable
   effect** is the true mean a test would find 80% of the time with that spread and that many seeds.
 * **Smoothing**: a trajectory of evaluation points is smoothed by a centred 3-point moving
@@ -28,10 +28,7 @@ import numpy as np
 from scipy.interpolate import PchipInterpolator
 from scipy.optimize import brentq
 
-from agents.training.intervals import Interval, mean_interval, t_quantile
-
-__all__ = ["Interval", "mean_interval", "t_quantile", "smooth", "envelope", "reward_at_kl",
-           "kl_at_reward", "common_range", "change"]
+__all__ = ["smooth", "envelope", "reward_at_kl", "kl_at_reward", "common_range", "change"]
 
 
 def smooth(y: Sequence[float]) -> np.ndarray:

@@ -34,7 +34,7 @@ def is_int(value) -> bool:
 
 def meta(text: str, **kw) -> dict:
     """Field metadata of one config option: its help text, plus `flag` or `cli` keys if given
-    (read by `agents.training.cli` to make command-line options)."""
+    (read by `cory_common.cli` to make command-line options)."""
     return {"help": text, **kw}
 
 

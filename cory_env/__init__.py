@@ -1,7 +1,8 @@
 """cory_env: CORY's sequential multi-LLM token-level environment (PettingZoo AEC + batched)."""
 
-from .aec import AGENTS, agent_names, env, parallel_env, raw_env, role_order
+from .aec import env, parallel_env, raw_env
 from .batched import BatchedCoryEnv
+from .chain import AGENTS, agent_names, copy_rate, role_order
 from .config import EnvConfig
 from .tasks import (
     Query,
@@ -13,7 +14,7 @@ from .tasks import (
     registered_tasks,
     task_defaults,
 )
-from .text import Prompt, copy_rate, text_env, text_parallel_env
+from .text import Prompt, text_env, text_parallel_env
 
 __all__ = [
     "AGENTS", "BatchedCoryEnv", "agent_names", "EnvConfig", "Query", "Task", "env",

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .aec import QuerySource, role_order
+from .chain import QuerySource, role_order
 from .config import EnvConfig
 
 
@@ -58,7 +58,7 @@ class BatchedCoryEnv(QuerySource):
         return self.episodes.turn
 
     @property
-    def round(self) -> int:
+    def round_index(self) -> int:
         """The round (0-based) of the current turn."""
         return self.episodes.turn // self.episodes.n_agents
 
@@ -125,7 +125,7 @@ class BatchedCoryEnv(QuerySource):
             }
         return out
 
-    def turn(self, agent: str, number: int | None = None) -> dict:
+    def turn_batch(self, agent: str, number: int | None = None) -> dict:
         """The agent's latest finished turn (or turn `number` of the episode): prompt+response
         ids (B,L), mask, and response_mask (B,T)."""
         j = self.episodes.last_turn(self._slot(agent, "turn")) if number is None else number
@@ -143,7 +143,7 @@ class BatchedCoryEnv(QuerySource):
         """(paid, task): (n, B) what the env paid after each of the agent's n finished turns
         and each answer's task reward (0 where its round was not scored)."""
         ep = self.episodes
-        turns = ep.turns_of(self._slot(agent, "turn_rewards"))
+        turns = ep.finished_turns(self._slot(agent, "turn_rewards"))
         return (torch.as_tensor(ep.turn_paid[turns], dtype=torch.float32),
                 torch.as_tensor(ep.turn_task[turns], dtype=torch.float32))
 

@@ -45,8 +45,6 @@ class EnvConfig:
                              f"got {self.render_mode!r}")
         if not is_int(self.n_agents) or self.n_agents < 1:
             raise ValueError(f"n_agents must be a positive integer, got {self.n_agents!r}")
-        if not is_int(self.rotation):
-            raise TypeError(f"rotation must be an integer, got {self.rotation!r}")
         check_rotation(self.rotation, self.n_agents)
         if not is_int(self.rounds) or self.rounds < 1:
             raise ValueError(f"rounds must be a positive integer, got {self.rounds!r}")
@@ -105,8 +103,9 @@ GONE_KEYS = {"swap_roles": SWAP_ROLES_GONE,  # refused by name, with the option 
              "single_agent": "one agent acting alone is n_agents=1 (only llm_0 acts)"}
 
 
-def check_rotation(rotation, n_agents: int) -> int:
-    """The rotation offset mod K (0 for one agent), or a ValueError naming a non-integer."""
+def check_rotation(rotation, n_agents: int, what: str = "rotation") -> int:
+    """The rotation offset mod K (0 for one agent), or a ValueError naming a non-integer: the
+    one check and reduction of a rotation, where it enters (a config field, a reset option)."""
     if isinstance(rotation, bool) or not is_int(rotation):
-        raise ValueError(f"rotation must be an integer, got {rotation!r}")
+        raise ValueError(f"{what} must be an integer, got {rotation!r}")
     return 0 if n_agents == 1 else int(rotation) % n_agents

@@ -235,7 +235,7 @@ class Episodes:
         """An episode's answer token ids in a turn so far (EOS included when it ended it)."""
         return self.ids[turn, episode, self.P:self.P + int(self.resp_len[turn, episode])].copy()
 
-    def turns_of(self, position: int) -> list[int]:
+    def finished_turns(self, position: int) -> list[int]:
         """The turns of the agent at `position` that are over: those it finished so far, and
         once the episodes are over, one in every round played (a turn the end came before
         holds its prompt and no answer)."""

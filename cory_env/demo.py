@@ -16,57 +16,19 @@ random tokens.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
-from cory_common.plugins import load_plugin, load_plugins
+from cory_common.cli import add_import_option
+from cory_common.plugins import load_plugins
 
 from . import registered_tasks
+from .chain import copy_rate
 from .core import role_names
+from .seats import Policy, load_policy, parse_policies, play_role, seat
 from .tasks.base import unknown_task
-from .text import copy_rate, text_env
-
-Policy = Callable[[str], str]
-
-
-def random_policy(tokenizer, max_new_tokens: int, seed: int = 0) -> Policy:
-    """Answers of up to `max_new_tokens` uniformly random tokens (a seeded baseline)."""
-    rng = np.random.default_rng(seed)
-
-    def answer(prompt: str) -> str:
-        ids = rng.integers(len(tokenizer), size=int(rng.integers(1, max_new_tokens + 1)))
-        return tokenizer.decode(ids.tolist(), skip_special_tokens=True)
-
-    return answer
-
-
-def seat(game, policies: Mapping[str, Policy] | Policy | None, seed: int = 0
-         ) -> dict[str, Policy]:
-    """{role: function} for every role of a text env: the given ones (one function: all
-    roles), random answers for the rest; a role the env does not have is a ValueError. A
-    policy with `use_turn_cap(n)` is told the env's turn cap."""
-    roles = role_names(game.unwrapped.tokens.max_num_agents)
-    if callable(policies):
-        policies = dict.fromkeys(roles, policies)
-    policies = dict(policies or {})
-    unknown = sorted(set(policies) - set(roles))
-    if unknown:
-        raise ValueError(f"no role {unknown} in this env; its roles are {list(roles)}")
-    cap = game.unwrapped.tokens.max_new_tokens
-    for policy in policies.values():  # a policy that asks is told the env's turn cap
-        if callable(getattr(policy, "use_turn_cap", None)):
-            policy.use_turn_cap(cap)
-    fallback = random_policy(game.unwrapped.tokenizer, cap, seed)
-    return {role: policies.get(role, fallback) for role in roles}
-
-
-def play_role(policy: Policy, role: str, prompt) -> str:
-    """The policy's answer; an error inside it says which role's policy raised it."""
-    try:
-        return policy(prompt)
-    except Exception as err:
-        raise RuntimeError(f"the {role}'s policy raised {type(err).__name__}: {err}") from err
+from .text import text_env
 
 
 def evaluate(policies: Mapping[str, Policy] | Policy, episodes: int = 16, seed: int = 0,
@@ -111,30 +73,6 @@ def evaluate(policies: Mapping[str, Policy] | Policy, episodes: int = 16, seed: 
     return {"roles": summary, "episodes": played}
 
 
-def load_policy(spec: str) -> Policy:
-    """The callable named by `module:name` or `path/to/file.py:name`."""
-    module, sep, name = spec.rpartition(":")
-    if not sep or not module or not name:
-        raise ValueError(f"a policy is module:name or file.py:name, got {spec!r}")
-    found = getattr(load_plugin(module), name, None)
-    if not callable(found):
-        raise ValueError(f"{spec!r}: {module} has no callable {name!r}")
-    return found
-
-
-def parse_policies(items, roles) -> dict[str, Policy]:
-    """`--policy ROLE=SPEC` items as {role: function}, naming a bad item or role."""
-    policies = {}
-    for item in items:
-        role, sep, spec = (x.strip() for x in item.partition("="))
-        if not sep:
-            raise ValueError(f"--policy takes ROLE=SPEC, got {item!r}")
-        if role not in roles:
-            raise ValueError(f"--policy {item!r}: no role {role!r}; the roles are {list(roles)}")
-        policies[role] = load_policy(spec)
-    return policies
-
-
 def main(argv=None) -> dict:
     """Play a few episodes per task, print each transcript and the roles' scores."""
     p = argparse.ArgumentParser(description=__doc__, allow_abbrev=False,
@@ -145,8 +83,7 @@ def main(argv=None) -> dict:
     p.add_argument("--n-agents", type=int, default=2, help="agents in the chain (K)")
     p.add_argument("--policy", action="append", default=[], metavar="ROLE=SPEC",
                    help="a str -> str function for a role, e.g. observer=mymod:answer")
-    p.add_argument("--import", dest="imports", action="append", default=[],
-                   metavar="MODULE_OR_FILE", help="module or .py file that registers tasks")
+    add_import_option(p)
     args = p.parse_args(argv)
     try:
         load_plugins(args.imports)

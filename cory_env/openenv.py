@@ -38,8 +38,11 @@ except ModuleNotFoundError as err:  # an optional extra
     raise ModuleNotFoundError(f"cory_env.openenv needs openenv-core ({err}): "
                               f"pip install 'cory[openenv]'") from None
 
+from cory_common.cli import add_import_option
+from cory_common.plugins import load_plugins
+
 from .core import role_names
-from .demo import Policy, parse_policies, play_role, seat
+from .seats import Policy, parse_policies, play_role, seat
 from .service import Connections, serve
 from .text import text_env
 
@@ -166,8 +169,10 @@ def main(argv=None) -> None:
     p.add_argument("--max-connections", type=int, default=8, help="client connections at once")
     p.add_argument("--idle-timeout", type=float, default=300.0, metavar="SECONDS",
                    help="close a connection that sends nothing for this long")
+    add_import_option(p)
     args = p.parse_args(argv)
     try:
+        load_plugins(args.imports)
         policies = parse_policies(args.policy, role_names(args.n_agents))
         server = app(args.role, policies, args.max_connections, args.idle_timeout,
                      task=args.task, n_agents=args.n_agents, rounds=args.rounds)

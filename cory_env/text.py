@@ -25,7 +25,6 @@ order, one per line. `text_parallel_env` is PettingZoo's turn-based parallel vie
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
 
 import numpy as np
 from gymnasium import spaces
@@ -62,15 +61,6 @@ def token_strings(tokenizer) -> tuple[frozenset[str], int]:
                                        skip_special_tokens=False)
         _CHARSETS[tokenizer] = (frozenset("".join(words)), max(map(len, words)))
     return _CHARSETS[tokenizer]
-
-
-def copy_rate(earlier: Sequence[str], later: Sequence[str]) -> float:
-    """Share of episodes whose later answer equals the earlier one verbatim (after strip)."""
-    if len(earlier) != len(later):
-        raise ValueError(f"texts are not aligned: {len(earlier)} earlier vs {len(later)} later")
-    if not earlier:
-        return float("nan")
-    return sum(a.strip() == b.strip() for a, b in zip(earlier, later)) / len(earlier)
 
 
 class raw_text_env(AECEnv):

@@ -124,12 +124,10 @@ def test_every_agents_room_says_its_job_in_one_line():
 
 
 # Inside agents, rooms import downward: llm < learners < training < the rooms built on training.
-# The reference LMs are built below training (budgets, data, pretrain, measure) and the
-# mechanism is measured above it (transfer, the command line).
-ROOMS = {"llm": 0, "learners": 1, "refmodels.budgets": 1, "refmodels.data": 1,
-         "refmodels.measure": 1, "refmodels.pretrain": 1, "refmodels": 1, "training": 2,
-         "distributed": 3, "interop": 3, "refmodels.transfer": 3, "refmodels.__main__": 3,
-         "play": 3}
+# The reference LMs are built below training; whether a model has CORY's mechanism is a study,
+# measured in benchmarks (benchmarks.transfer), so no room of agents imports a higher one.
+ROOMS = {"llm": 0, "learners": 1, "refmodels": 1, "training": 2, "distributed": 3,
+         "interop": 3, "play": 3}
 
 
 def room(module: str) -> int | None:
@@ -203,7 +201,7 @@ def test_registries_are_filled_by_discovery_not_by_hand_kept_lists():
 
     assert {"sentiment", "arithmetic", "course", "reviews", "reasoning"} <= set(
         cory_env.registered_tasks())
-    assert {"ppo", "cory", "mappo", "grpo", "rloo"} <= set(registered_methods())
+    assert {"ppo", "cory", "cory-mappo", "grpo", "rloo"} <= set(registered_methods())
 
 
 def test_a_project_import_inside_a_function_says_why_it_is_deferred():
@@ -225,3 +223,29 @@ def test_a_project_import_inside_a_function_says_why_it_is_deferred():
                 if ours and "deferred" not in lines[node.lineno - 1]:
                     unsaid.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not unsaid, unsaid
+
+
+def test_the_mechanism_and_its_intervals_are_studies_in_benchmarks():
+    """agents/ trains and plays; measuring a model's mechanism and the intervals it is read
+    with are the benchmark's (one home each, nothing re-exported)."""
+    mods = modules()
+    assert "benchmarks.transfer" in mods and "benchmarks.intervals" in mods
+    assert not [m for m in mods if m.startswith("agents.") and m.rpartition(".")[2] in (
+        "transfer", "intervals")]
+    stats = ast.parse((ROOT / "benchmarks/stats.py").read_text())
+    exported = next(n for n in stats.body if isinstance(n, ast.Assign)
+                    and getattr(n.targets[0], "id", "") == "__all__")
+    assert not {"Interval", "mean_interval", "t_quantile"} & {
+        e.value for e in exported.value.elts}
+
+
+def test_views_share_their_pieces_through_modules_below_them():
+    """The token view (aec), the text view and the batched env share the chain's pieces
+    (cory_env.chain); the OpenEnv service seats its players from cory_env.seats, not from the
+    demo's command line; and nothing in agents imports a view of the env."""
+    g = graph()
+    views = {"cory_env.aec", "cory_env.text", "cory_env.demo", "cory_env.openenv"}
+    assert "cory_env.chain" in g["cory_env.batched"] and "cory_env.aec" not in g["cory_env.batched"]
+    assert "cory_env.demo" not in g["cory_env.openenv"]
+    assert not [(a, b) for a, targets in g.items() if a.startswith("agents.")
+                for b in targets if b in views]

@@ -26,12 +26,13 @@ import torch
 
 from cory_common.checks import check_fields, check_int, meta
 from cory_common.plugins import check_not_builtin, load_entry_points
-from cory_env.text import copy_rate
+from cory_env.chain import copy_rate
 
 from ..llm.rollout import Turn
 from ..llm.sampling import SamplingConfig
 from .comm import Comm
-from .metrics import combined_eta, last_round, turn_metrics
+from .credit import credit_span
+from .metrics import last_round, report_kl_coef_of, turn_metrics
 from .ppo import (
     PPOBatch,
     PPOConfig,
@@ -41,7 +42,7 @@ from .ppo import (
     ppo_update,
 )
 from .shaping import RunningMoments, make_kl_controller, scale_scores, token_rewards
-from .structure import INDEPENDENT, Structure, structures
+from .structure import INDEPENDENT, SINGLE, Structure, structures
 
 
 @dataclass
@@ -54,8 +55,9 @@ class LearnerConfig:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     t_rex: int = field(default=5, metadata=meta(
         "role-exchange period T_REx: iterations between rotations"))
-    eta: float | None = field(default=None, metadata=meta(
-        "KL weight of the combined reward r - eta * KL (none: the initial beta)"))
+    report_kl_coef: float | None = field(default=None, metadata=meta(
+        "KL coefficient c of the reported combined reward r - c * KL; reporting only, training "
+        "uses kl_coef (none: the initial kl_coef)"))
     group_size: int | None = field(default=None, metadata=meta(
         "answers per query G (none: the learner's default; 4 for grpo, dr-grpo, rloo)"))
     per_agent_norm: bool = field(default=True, metadata=meta(
@@ -67,8 +69,10 @@ class LearnerConfig:
         check_int("batch_size", self.batch_size, 1)
         check_int("t_rex", self.t_rex, 1)
         check_int("group_size", self.group_size, 1, none_ok=True)
-        if self.eta is not None and not (math.isfinite(self.eta) and self.eta >= 0):
-            raise ValueError(f"eta must be None or a finite number >= 0, got {self.eta!r}")
+        if self.report_kl_coef is not None and not (math.isfinite(self.report_kl_coef)
+                                                    and self.report_kl_coef >= 0):
+            raise ValueError(f"report_kl_coef must be None or a finite number >= 0, got "
+                             f"{self.report_kl_coef!r}")
         for name, kind in (("ppo", PPOConfig), ("sampling", SamplingConfig)):
             if not isinstance(getattr(self, name), kind):
                 raise ValueError(f"{type(self).__name__}.{name} must be a {kind.__name__}, got "
@@ -110,9 +114,9 @@ class PPOAgent:
         self.score_stats = RunningMoments()
 
     @property
-    def beta(self) -> float:
+    def kl_coef(self) -> float:
         """The current KL coefficient."""
-        return float(self.kl_controller.beta)
+        return float(self.kl_controller.coef)
 
     def penalty(self, turn: Turn) -> torch.Tensor:
         """The per-token KL estimate chosen by cfg.kl.penalty, masked."""
@@ -122,13 +126,13 @@ class PPOAgent:
             * turn.response_mask
 
     def batch(self, turn: Turn, scores: torch.Tensor | None = None) -> PPOBatch:
-        """Shape a turn into a PPO batch: -beta*KL per token plus the score on the last one."""
+        """Shape a turn into a PPO batch: -kl_coef*KL per token plus the score on the last one."""
         if self.recomputes:
             turn = self.recompute(turn)
         scores = scale_scores(turn.reward if scores is None else scores, self.score_stats,
                               self.cfg, gather=self.comm.gather)
-        beta = 0.0 if self.cfg.kl.where == "loss" else self.beta
-        rewards = token_rewards(scores, self.penalty(turn), turn.response_mask, beta)
+        coef = 0.0 if self.cfg.kl.where == "loss" else self.kl_coef
+        rewards = token_rewards(scores, self.penalty(turn), turn.response_mask, coef)
         return PPOBatch(input_ids=turn.input_ids, attention_mask=turn.attention_mask,
                         response_mask=turn.response_mask, old_logprobs=turn.logprobs,
                         old_values=turn.values, ref_logprobs=turn.ref_logprobs, rewards=rewards,
@@ -150,11 +154,11 @@ class PPOAgent:
         return turn
 
     def learn(self, batch: PPOBatch, turn: Turn, generator) -> dict[str, float]:
-        """Run PPO on the batch, then update beta from this batch's KL."""
+        """Run PPO on the batch, then update the KL coefficient from this batch's KL."""
         stats = ppo_update(self.policy, self.optimizer, batch, self.cfg, generator=generator,
-                           beta=self.beta, evaluate_kwargs={"sampling": self.sampling},
+                           kl_coef=self.kl_coef, evaluate_kwargs={"sampling": self.sampling},
                            backward=self.comm.backward, all_ok=self.comm.all_ok)
-        stats["beta"] = self.beta
+        stats["kl_coef"] = self.kl_coef
         kl = self.comm.mean(float(self.penalty(turn).sum(1).mean()))
         self.kl_controller.update(kl, len(batch) * self.comm.world_size)
         return stats
@@ -210,7 +214,7 @@ class Learner:
 
     name = "base"
     structure: Structure = INDEPENDENT
-    kl_where = "reward"  # where beta acts when KLConfig.where is None: "reward" or "loss"
+    kl_where = "reward"  # where kl_coef acts when KLConfig.where is None: "reward" or "loss"
     kl_where_fixed = False  # True: the learner only works with kl_where (refuses the other)
     # Models the learner owns beside the agents' policies, by name: the Trainer builds each
     # (on the first agent's model, no reference) and passes it as a keyword; checkpoints,
@@ -220,7 +224,8 @@ class Learner:
     group_size = 1  # answers per query it asks for when cfg.group_size is None
     batch_multiplier = 1  # episodes per iteration = this x TrainConfig.batch_size
     saved_state: tuple[str, ...] = ()  # attributes of its own that a checkpoint must keep
-    takes_rounds = True  # False: it cannot train on episodes of several rounds (refused)
+    takes_rounds = False  # True: it trains on episodes of several rounds (else refused)
+    min_agents = 1  # 2: it needs a chain (no bare method name: the learner alone is impossible)
     shares_policy = False  # True: it can train one policy on every position's turns
 
     def __init__(self, policies: dict, cfg: LearnerConfig, seed: int = 0,
@@ -248,7 +253,7 @@ class Learner:
         return self.cfg.sampling
 
     def agent_config(self, agent: str) -> PPOConfig:
-        """The PPO settings of one agent (all share cfg.ppo by default), with where beta acts
+        """The PPO settings of one agent (all share cfg.ppo by default), with where kl_coef acts
         filled in (`kl_where` when cfg.ppo.kl.where is None)."""
         kl = self.cfg.ppo.kl
         if self.kl_where_fixed and kl.where not in (None, self.kl_where):
@@ -268,10 +273,9 @@ class Learner:
         """G: answers per query in each batch (cfg.group_size, else the class default)."""
         return self.cfg.group_size or self.group_size
 
-    def rounds(self, batch: PPOBatch) -> int:
-        """The turns of one episode GAE or a return runs across: the batch's rounds under
-        `credit="episode"`, 1 (each turn alone) under "turn"."""
-        return batch.rounds if self.cfg.ppo.credit == "episode" else 1
+    def credit_span(self, batch: PPOBatch) -> int:
+        """The turns of one episode GAE or a return runs across (`credit.credit_span`)."""
+        return credit_span(batch.rounds, self.cfg.ppo.credit)
 
     def reset_options(self, iteration: int) -> dict:
         """Per-iteration env options: the structure's role order, and G answers per query when
@@ -287,9 +291,9 @@ class Learner:
         """Per-agent metrics of an iteration (task reward, KL, combined reward, ...; after the
         pioneer, `copy_rate`: how often an answer repeats the previous position's verbatim)."""
         collective = sum(last_round(t.task_reward, t).cpu() for t in turns.values())
-        out, eta = {}, combined_eta(self.cfg)
+        out, coef = {}, report_kl_coef_of(self.cfg)
         for agent, turn in turns.items():
-            out[agent] = {**turn_metrics(turn, eta), "collective_reward":
+            out[agent] = {**turn_metrics(turn, coef), "collective_reward":
                           float(collective.mean()), **stats.get(agent, {})}
         chain = sorted(turns.values(), key=lambda t: t.position)
         for before, turn in zip(chain, chain[1:]):
@@ -334,9 +338,11 @@ _METHODS: dict[str, tuple[str, Structure]] = {}  # method name -> (learner, stru
 _ABLATES: dict[str, str] = {}  # ablation method name -> the mechanism it turns off
 
 
-def register_learner(name: str, structure: Structure | None = None):
-    """Class decorator: make a Learner available as the learner `name`, and as the method
-    `name` (the learner on `structure`, default the class's own)."""
+def register_learner(name: str):
+    """Class decorator: make a Learner available as the learner `name` and, when it can train
+    one agent (`min_agents == 1`), as the method `name`: the learner alone, on `single`. A
+    bare learner name means that for every learner; `cory-<name>` is registered by the
+    learner's module for it on CORY's structure."""
 
     def add(cls):
         if not (isinstance(cls, type) and issubclass(cls, Learner)):
@@ -344,7 +350,8 @@ def register_learner(name: str, structure: Structure | None = None):
         check_not_builtin("learner", name, _LEARNERS, cls, ("agents",))
         cls.name = name
         _LEARNERS[name] = cls
-        _METHODS[name] = (name, structure or cls.structure)
+        if cls.min_agents == 1:
+            _METHODS[name] = (name, SINGLE)
         return cls
 
     return add
@@ -398,6 +405,11 @@ def resolve_method(name: str) -> Method:
         pair = (learner, known[structure])
     elif name in _METHODS:
         pair = _METHODS[name]
+    elif name in _LEARNERS:  # a learner that needs a chain has no bare method name
+        with_it = sorted(m for m, (learner, _) in _METHODS.items() if learner == name)
+        raise ValueError(f"{name!r} is a learner that needs {_LEARNERS[name].min_agents}+ "
+                         f"agents, so it is no method alone: use {', '.join(with_it) or '-'} "
+                         f"or {name}/STRUCTURE (structures: {sorted(structures())})")
     else:
         raise ValueError(f"unknown method {name!r}; registered methods: {registered_methods()} "
                          f"(or learner/structure)")

@@ -14,6 +14,12 @@ import torch
 CREDITS = ("episode", "turn")
 
 
+def credit_span(rounds: int, credit: str) -> int:
+    """How many of an agent's turns one trajectory spans: all R of its episode under
+    `credit="episode"`, one under "turn"."""
+    return rounds if credit == "episode" else 1
+
+
 def episodes_of(x: torch.Tensor, rounds: int) -> torch.Tensor:
     """(R * B, T) turns, round-major -> (B, R * T): each episode's turns end to end."""
     if rounds == 1:
@@ -22,7 +28,7 @@ def episodes_of(x: torch.Tensor, rounds: int) -> torch.Tensor:
     return x.reshape(rounds, -1, t).transpose(0, 1).reshape(-1, rounds * t)
 
 
-def turns_of(x: torch.Tensor, rounds: int) -> torch.Tensor:
+def split_turns(x: torch.Tensor, rounds: int) -> torch.Tensor:
     """The inverse of `episodes_of`: (B, R * T) -> (R * B, T)."""
     if rounds == 1:
         return x

@@ -13,10 +13,9 @@ from __future__ import annotations
 from .base import register_learner, register_method
 from .cory import CORY
 from .group import GroupLearner, group_stats
-from .structure import SINGLE
 
 
-@register_learner("dr-grpo", structure=SINGLE)
+@register_learner("dr-grpo")
 class DrGRPO(GroupLearner):
     """Group-mean baseline, no std division, no per-answer length normalisation."""
 

@@ -3,7 +3,7 @@
 A `GroupLearner` asks the env for G answers to every query (`group_size`, contiguous rows), turns
 each answer's return into an advantage with `advantages` (the one method a member defines), spreads
 it over the answer's tokens and runs the clipped policy loss with the value loss off. An answer's
-return is its shaped score (`PPOAgent.batch`: scaling, normalisation, clipping) minus beta * its
+return is its shaped score (`PPOAgent.batch`: scaling, normalisation, clipping) minus kl_coef * its
 summed KL when the KL is in the reward. On CORY's structure (`cory-<name>`, or `<name>/cory`) each
 group member is a whole pioneer -> observer episode, and each agent's G answers to a query are its
 group; with `per_agent_norm=False` one group pools both agents' answers (Dr. MAS, Feng et al. 2026,
@@ -24,6 +24,7 @@ from .credit import episode_returns
 class GroupLearner(Learner):
     """Sequence-level advantages from groups of G answers per query; no critic."""
 
+    takes_rounds = True
     group_size = 4
     min_group = 2  # the smallest G whose baseline means anything
     kl_where = "loss"
@@ -60,7 +61,7 @@ class GroupLearner(Learner):
     def update(self, turns, iteration):
         """Clipped policy-gradient updates from each answer's group advantage."""
         batches = {a: self.agents[a].batch(t) for a, t in turns.items()}
-        returns = {a: episode_returns((b.rewards * b.response_mask).sum(1), self.rounds(b))
+        returns = {a: episode_returns((b.rewards * b.response_mask).sum(1), self.credit_span(b))
                    for a, b in batches.items()}  # with rounds: each episode's, on every turn
         group = next(iter(turns.values())).group_size
         adv = self.grouped(returns, group)

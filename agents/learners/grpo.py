@@ -5,8 +5,9 @@ Outcome supervision: G answers o_1..o_G to one query with rewards r_i; every tok
     A_i = (r_i - mean(r)) / std(r)          (std with Bessel's correction, as TRL's GRPO)
 
 and the loss is the clipped surrogate averaged over each answer's tokens (1/|o_i|), then over the
-answers, plus beta * KL(pi || pi_ref) as a loss term with the k3 estimator exp(d) - d - 1, d = log
-pi_ref - log pi (`kl.where="reward"`, `--kl-where reward`, puts -beta*KL into the return instead). A
+answers, plus kl_coef * KL(pi || pi_ref) as a loss term with the k3 estimator exp(d) - d - 1,
+d = log pi_ref - log pi (`kl.where="reward"`, `--kl-where reward`, puts -kl_coef*KL into the
+return instead). A
 group whose rewards are all equal has zero advantage (no NaN). No critic.
 """
 
@@ -15,12 +16,11 @@ from __future__ import annotations
 from .base import register_learner, register_method
 from .cory import CORY
 from .group import GroupLearner, group_stats
-from .structure import SINGLE
 
 EPS = 1e-6
 
 
-@register_learner("grpo", structure=SINGLE)
+@register_learner("grpo")
 class GRPO(GroupLearner):
     """Group-normalised advantages, per-answer length normalisation, KL as a loss."""
 

@@ -21,7 +21,7 @@ from types import SimpleNamespace
 
 import torch
 
-from .base import LearnerConfig, register_learner, whiten_agents
+from .base import LearnerConfig, register_learner, register_method, whiten_agents
 from .comm import Comm
 from .cory import CORY
 from .ppo import forward_passes, gae, value_loss
@@ -99,12 +99,13 @@ def view(turn, rows: slice) -> SimpleNamespace:
                            response_mask=turn.response_mask[rows])
 
 
-@register_learner("mappo", structure=CORY)
+@register_learner("mappo")
 class MAPPO(PPO):
     """K PPO actors with a shared centralized critic over the joint transcript."""
 
     extra_model_names = ("critic",)
     joint_reader = ("critic",)
+    min_agents = 2  # a centralized critic over a chain: no method alone
 
     def __init__(self, policies: dict, cfg: LearnerConfig, seed: int = 0,
                  comm: Comm | None = None, critic=None, **kwargs):
@@ -220,3 +221,6 @@ class MAPPO(PPO):
         """Restore what state_dict saved."""
         super().load_state_dict(state)
         self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+
+
+register_method("cory-mappo", "mappo", CORY)  # mappo on CORY's structure

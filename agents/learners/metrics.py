@@ -31,14 +31,14 @@ def last_round(x, turn):
     return x.view(getattr(turn, "rounds", 1), -1)[-1]
 
 
-def combined_eta(cfg) -> float:
-    """The η of the combined reward r − η·ΣKL, one value for a whole run so that its curves
-    and methods compare: the run's fixed KL weight (`eta`), else its initial coefficient."""
-    return float(cfg.eta if cfg.eta is not None else cfg.ppo.kl.beta)
+def report_kl_coef_of(cfg) -> float:
+    """The coefficient c of the reported combined reward r − c·ΣKL, one value for a whole run so
+    that its curves and methods compare: `report_kl_coef`, else the initial `kl_coef`."""
+    return float(cfg.report_kl_coef if cfg.report_kl_coef is not None else cfg.ppo.kl.coef)
 
 
-def turn_metrics(turn, eta: float, n_samples: int = 3) -> dict:
-    """Metrics of one agent's turn; `combined_reward` = task reward - eta * sum KL. With
+def turn_metrics(turn, report_kl_coef: float, n_samples: int = 3) -> dict:
+    """Metrics of one agent's turn; `combined_reward` = task reward - report_kl_coef * sum KL. With
     rounds: the last round's task reward, the KL summed over the agent's turns of an episode,
     and each round's as `round_<r>_task_reward` / `round_<r>_kl`."""
     mask, rounds = turn.response_mask, getattr(turn, "rounds", 1)
@@ -55,8 +55,8 @@ def turn_metrics(turn, eta: float, n_samples: int = 3) -> dict:
         "task_reward": float(task.mean()),
         "task_reward_std": float(task.std()) if len(task) > 1 else 0.0,
         "kl": float(kl.mean()),
-        "combined_reward": float((task - eta * kl).mean()),
-        "eta": float(eta),
+        "combined_reward": float((task - report_kl_coef * kl).mean()),
+        "report_kl_coef": float(report_kl_coef),
         "response_length": float(turn.lengths.float().mean()),
         "sampled_neg_logprob": float(entropy),
         "distinct_1": distinct_n(turn.texts, 1),

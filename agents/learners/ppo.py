@@ -2,7 +2,7 @@
 
 Everything here is pure torch. Response tensors are (B, T) and come with a float ``mask``
 that is 1 on response tokens and 0 after EOS / on padding. Masked positions may hold garbage
-(even NaN or -inf); every function ignores them. The KL coefficient beta and everything
+(even NaN or -inf); every function ignores them. The KL coefficient (`kl_coef`) and everything
 about it is one `KLConfig` (``PPOConfig.kl``).
 
 Where the KL acts (``kl.where``: "reward", the paper's and TRL's way, or "loss", GRPO's)
@@ -22,7 +22,7 @@ from torch import Tensor
 from cory_common.checks import check_fields, check_int, meta
 
 from ..llm.logits import full_kl
-from .credit import CREDITS, episodes_of, turns_of
+from .credit import CREDITS, credit_span, episodes_of, split_turns
 from .steps import clip_and_step, step_slices
 
 KL_PENALTIES = ("kl", "abs", "mse", "full")
@@ -36,23 +36,25 @@ UPDATE_STATS = ("policy_loss", "value_loss", "loss", "kl_loss", "clipfrac", "val
 
 @dataclass
 class KLConfig:
-    """The KL coefficient beta to the frozen reference: its value, its controller, its
-    per-token estimator and where it acts (TRL's adaptive controller by default)."""
+    """The KL coefficient to the frozen reference (`kl.coef`, the paper's eta): its value, its
+    controller, its per-token estimator and where it acts (TRL's adaptive controller by
+    default)."""
 
-    beta: float = field(default=0.3, metadata=meta("KL coefficient beta (the first, if adaptive)"))
+    coef: float = field(default=0.3, metadata=meta(
+        "KL coefficient (the first value, if adaptive)", flag="kl-coef"))
     adaptive: bool = field(default=True, metadata=meta(
-        "adapt beta toward the KL target", flag="adaptive-kl"))
+        "adapt the KL coefficient toward the KL target", flag="adaptive-kl"))
     target: float = field(default=6.0, metadata=meta("adaptive KL target (nats)",
                                                      flag="kl-target"))
     horizon: float = field(default=10000, metadata=meta("adaptive KL horizon (samples)",
                                                         flag="kl-horizon"))
-    scale_horizon: bool = field(default=False, metadata=meta(
-        "use horizon x batch_size / 256: the paper's beta step per iteration at any batch",
+    scale_horizon: bool = field(default=True, metadata=meta(
+        "use horizon x batch_size / 256: the paper's coefficient step per iteration at any batch",
         flag="scale-kl-horizon"))
-    penalty: str = field(default="kl", metadata=meta(
+    penalty: str = field(default="full", metadata=meta(
         "per-token KL of the reward: kl | abs | mse | full", flag="kl-penalty"))
     where: str | None = field(default=None, metadata=meta(
-        "where beta acts: reward | loss (none: the learner's own; reward for PPO, loss for "
+        "where kl_coef acts: reward | loss (none: the learner's own; reward for PPO, loss for "
         "grpo and dr-grpo)", flag="kl-where"))
     loss_estimator: str = field(default="k3", metadata=meta(
         "k1 | k2 | k3 (the KL as a loss)", flag="kl-loss-estimator"))
@@ -63,8 +65,8 @@ class KLConfig:
         for name in ("target", "horizon"):
             if not getattr(self, name) > 0:  # also rejects NaN
                 raise ValueError(f"KLConfig.{name} must be > 0, got {getattr(self, name)!r}")
-        if not (self.beta >= 0 and math.isfinite(self.beta)):
-            raise ValueError(f"KLConfig.beta must be a finite number >= 0, got {self.beta!r}")
+        if not (self.coef >= 0 and math.isfinite(self.coef)):
+            raise ValueError(f"KLConfig.coef must be a finite number >= 0, got {self.coef!r}")
         for name, allowed in (("penalty", KL_PENALTIES), ("where", (*KL_WHERE, None)),
                               ("loss_estimator", KL_LOSS_ESTIMATORS)):
             if getattr(self, name) not in allowed:
@@ -75,7 +77,12 @@ class KLConfig:
 
 @dataclass
 class PPOConfig:
-    """Hyperparameters of token-level PPO (TRL-style names and defaults).
+    """Hyperparameters of token-level PPO (TRL-style names). The defaults are every run's, the
+    one source of them: the paper's IMDB table (Table 1: 4 epochs, clip 0.2, vf 0.1, gamma 1,
+    lambda 0.95, the full KL from 0.3, adaptive toward 6 nats) except lr 1e-4 and a 32-row
+    mini-batch, since the offline default of 20 x 32 episodes is ~40x fewer samples than its
+    100 x 256; the KL horizon scales with the batch, so the coefficient moves per iteration as
+    fast as in its batch-256 runs. Presets state only what differs (`benchmarks.presets`).
 
     As in TRL, ``mini_batch_size`` is the size of one forward/backward pass and
     one optimizer step covers ``mini_batch_size * grad_accum_steps`` samples.
@@ -91,9 +98,9 @@ class PPOConfig:
     pass over the batch in the learner first, as TRL does.
     """
 
-    lr: float = field(default=1.41e-5, metadata=meta("learning rate"))
+    lr: float = field(default=1e-4, metadata=meta("learning rate"))
     ppo_epochs: int = field(default=4, metadata=meta("PPO epochs per iteration"))
-    mini_batch_size: int = field(default=256, metadata=meta("rows of one forward/backward pass"))
+    mini_batch_size: int = field(default=32, metadata=meta("rows of one forward/backward pass"))
     grad_accum_steps: int = field(default=1, metadata=meta("passes per optimizer step"))
     cliprange: float = field(default=0.2, metadata=meta("policy ratio clip"))
     cliprange_value: float = field(default=0.2, metadata=meta("value clip"))
@@ -345,8 +352,8 @@ class PPOBatch:
 def prepare_advantages(batch: PPOBatch, cfg: PPOConfig) -> PPOBatch:
     """Fill batch.advantages / batch.returns by GAE (whitened if cfg says so), across an
     agent's turns when `cfg.credit` says so (`agents.learners.credit`); returns batch."""
-    mask, r = batch.response_mask, batch.rounds if cfg.credit == "episode" else 1
-    adv, ret = (turns_of(x, r) for x in gae(episodes_of(batch.rewards.float(), r), episodes_of(
+    mask, r = batch.response_mask, credit_span(batch.rounds, cfg.credit)
+    adv, ret = (split_turns(x, r) for x in gae(episodes_of(batch.rewards.float(), r), episodes_of(
         batch.old_values.float(), r), episodes_of(mask, r), cfg.gamma, cfg.lam))
     if cfg.whiten_advantages:
         adv = masked_whiten(adv, mask)
@@ -385,7 +392,7 @@ def _field(out: Any, name: str, required: bool = True) -> Tensor | None:
     return value
 
 
-def _minibatch_loss(policy: Any, mb: PPOBatch, cfg: PPOConfig, beta: float,
+def _minibatch_loss(policy: Any, mb: PPOBatch, cfg: PPOConfig, kl_coef: float,
                     evaluate_kwargs: Mapping[str, Any]) -> tuple[Tensor, dict[str, Tensor]]:
     T, mask = mb.response_mask.shape[1], mb.response_mask
     out = policy.evaluate(mb.input_ids, mb.attention_mask, n_response=T, **evaluate_kwargs)
@@ -408,13 +415,13 @@ def _minibatch_loss(policy: Any, mb: PPOBatch, cfg: PPOConfig, beta: float,
         raw = logprobs if raw is None else raw.float()
         kl_loss = kl_loss_term(raw, mb.ref_logprobs.float(), mask, cfg.kl.loss_estimator,
                                cfg.loss_agg)
-        loss = loss + beta * kl_loss
+        loss = loss + kl_coef * kl_loss
     stats.update(vstats, policy_loss=pg.detach(), value_loss=vf.detach(), loss=loss.detach(),
                  entropy=entropy.detach(), kl_loss=kl_loss.detach())
     return loss, stats
 
 
-def _gradients(policy: Any, batch: PPOBatch, step_idx: Tensor, cfg: PPOConfig, beta: float,
+def _gradients(policy: Any, batch: PPOBatch, step_idx: Tensor, cfg: PPOConfig, kl_coef: float,
                evaluate_kwargs: dict, backward: Callable, all_ok: Callable
                ) -> tuple[str | None, list[tuple[int, dict[str, Tensor]]]]:
     """One optimizer step's gradients, a forward pass at a time: (why the step is skipped or
@@ -423,7 +430,7 @@ def _gradients(policy: Any, batch: PPOBatch, step_idx: Tensor, cfg: PPOConfig, b
     step_stats, reason = [], None
     for micro_idx in forward_passes(step_idx, batch.attention_mask, cfg.mini_batch_size,
                                     cfg.max_tokens_per_pass):
-        loss, stats = _minibatch_loss(policy, batch.index(micro_idx), cfg, beta, evaluate_kwargs)
+        loss, stats = _minibatch_loss(policy, batch.index(micro_idx), cfg, kl_coef, evaluate_kwargs)
         ratio, kl = stats["ratio_mean"].item(), stats["approx_kl"].item()
         if not all(map(math.isfinite, (loss.item(), ratio, kl))):
             reason = f"non-finite loss={loss.item()}, ratio={ratio}, approx_kl={kl}"
@@ -439,7 +446,7 @@ def _gradients(policy: Any, batch: PPOBatch, step_idx: Tensor, cfg: PPOConfig, b
 
 
 def ppo_update(policy: Any, optimizer: torch.optim.Optimizer, batch: PPOBatch, cfg: PPOConfig,
-               generator: torch.Generator | None = None, beta: float | None = None,
+               generator: torch.Generator | None = None, kl_coef: float | None = None,
                evaluate_kwargs: Mapping[str, Any] | None = None,
                backward: Callable[[Tensor], None] | None = None,
                all_ok: Callable[[bool], bool] | None = None) -> dict[str, float]:
@@ -451,8 +458,8 @@ def ppo_update(policy: Any, optimizer: torch.optim.Optimizer, batch: PPOBatch, c
     """
     backward, all_ok, evaluate_kwargs = backward or Tensor.backward, all_ok or bool, \
         dict(evaluate_kwargs or {})
-    if cfg.kl.where == "loss" and beta is None:
-        raise ValueError("kl.where='loss' needs beta (the KL controller's current value)")
+    if cfg.kl.where == "loss" and kl_coef is None:
+        raise ValueError("kl.where='loss' needs kl_coef (the KL controller's current value)")
     if batch.advantages is None or batch.returns is None:
         prepare_advantages(batch, cfg)
     params = [p for group in optimizer.param_groups for p in group["params"]]
@@ -464,7 +471,7 @@ def ppo_update(policy: Any, optimizer: torch.optim.Optimizer, batch: PPOBatch, c
         epoch_kl = []
         for start, step_idx in step_slices(B, step_size, generator):
             optimizer.zero_grad(set_to_none=True)
-            reason, step_stats = _gradients(policy, batch, step_idx, cfg, beta or 0.0,
+            reason, step_stats = _gradients(policy, batch, step_idx, cfg, kl_coef or 0.0,
                                             evaluate_kwargs, backward, all_ok)
             grad_norm = clip_and_step(optimizer, params, max_norm, reason, all_ok,
                                       f"PPO: skipping minibatch (epoch {epoch}, start {start})")

@@ -11,15 +11,16 @@ import torch
 from ..llm.rollout import Turn, stack_rows
 from .base import Learner, register_learner, register_method, whiten_agents
 from .ppo import PPOBatch, prepare_advantages
-from .structure import INDEPENDENT, SINGLE
+from .structure import INDEPENDENT
 
 
-@register_learner("ppo", structure=SINGLE)
+@register_learner("ppo")
 class PPO(Learner):
     """PPO for every LLM, each on its own turn with its own critic. On a
     structure with one shared policy (`cory-shared`), one update from every position's turns."""
 
     shares_policy = True
+    takes_rounds = True
 
     def update(self, turns, iteration):
         """PPO on each agent's own turn (advantages whitened per agent, or jointly)."""

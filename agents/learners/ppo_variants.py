@@ -1,7 +1,7 @@
 """PPO variants that separate the confounds of a PPO-vs-CORY comparison, one name per arm.
 
 * `ppo-official` (the method `cory-official` is it on CORY's structure): PPO as the official
-  IMDB code runs it: score scaling and normalisation, initial beta 0.4 (adaptive runs),
+  IMDB code runs it: score scaling and normalisation, initial KL coefficient 0.4 (adaptive runs),
   repetition penalty 1.1, and every batch's answer length drawn once from
   [4, max_new_tokens - 1] (its `LengthSampler(4, 16)`);
 * `ppo-2x`: PPO with CORY's sample budget, twice the episodes per iteration (as many
@@ -22,7 +22,6 @@ from .base import register_learner, register_method
 from .cory import CORY
 from .ppo import PPOConfig
 from .ppo_learner import PPO
-from .structure import SINGLE
 
 OFFICIAL_MIN_TOKENS = 4  # the official code's LengthSampler(4, 16)
 
@@ -34,7 +33,7 @@ def drawn_length(seed: int, iteration: int, max_new_tokens: int) -> int:
     return int(np.random.default_rng([seed, iteration]).integers(low, high + 1))
 
 
-@register_learner("ppo-official", structure=SINGLE)
+@register_learner("ppo-official")
 class PPOOfficial(PPO):
     """PPO with the official CORY code's own settings (see the module docstring)."""
 
@@ -45,9 +44,9 @@ class PPOOfficial(PPO):
         self.max_new_tokens = env.max_new_tokens
 
     def agent_config(self, agent: str) -> PPOConfig:
-        """Score scaling + normalisation; beta starts at 0.4 when it adapts."""
+        """Score scaling + normalisation; the KL coefficient starts at 0.4 when it adapts."""
         ppo = replace(super().agent_config(agent), use_score_scaling=True, use_score_norm=True)
-        return replace(ppo, kl=replace(ppo.kl, beta=0.4)) if ppo.kl.adaptive else ppo
+        return replace(ppo, kl=replace(ppo.kl, coef=0.4)) if ppo.kl.adaptive else ppo
 
     @property
     def sampling(self) -> SamplingConfig:
@@ -62,14 +61,14 @@ class PPOOfficial(PPO):
         return out
 
 
-@register_learner("ppo-2x", structure=SINGLE)
+@register_learner("ppo-2x")
 class PPODoubleBatch(PPO):
     """PPO with twice the episodes per iteration: CORY's sample budget."""
 
     batch_multiplier = 2
 
 
-@register_learner("ppo-sampled-kl", structure=SINGLE)
+@register_learner("ppo-sampled-kl")
 class PPOSampledKL(PPO):
     """PPO with the sampled log-ratio as the per-token KL reward."""
 

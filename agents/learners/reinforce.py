@@ -1,13 +1,16 @@
 """The worked example of a new learner: critic-free REINFORCE with a group baseline.
 
-Everything a learner needs fits in this file: subclass `Learner`, register it (here with CORY's
-structure as the one its own name runs on), implement `update`. Here each response's return is its
-env reward minus beta * (summed KL); the advantage is that return minus the mean of the global
-batch (every rank's rows), divided by its std (GRPO-style), spread over every token of the
-response; the clipped PPO loss is reused with the value loss off.
+Everything a learner needs fits in this file: subclass `Learner`, register it (its bare name is
+the learner alone; `cory-reinforce` is the method on CORY's structure), implement `update`.
+Here each response's return is its env reward minus kl_coef * (summed KL); the advantage is
+that return minus the mean of the global batch (every rank's rows), divided by its std
+(GRPO-style), spread over every token of the response; the clipped PPO loss is reused with the
+value loss off. It trains on rounds (`takes_rounds`): a return spans an agent's turns of an
+episode under `credit="episode"`.
 
-    python -m benchmarks.run --methods ppo,reinforce     # it is now a method like any other
-    python -m benchmarks.run --methods reinforce/single  # the same learner on one agent
+    python -m benchmarks.run --methods ppo,reinforce          # alone, beside PPO
+    python -m benchmarks.run --methods cory,cory-reinforce    # on CORY's structure
+    python -m benchmarks.run --methods reinforce/cory-no-kt   # on any registered structure
 """
 
 from __future__ import annotations
@@ -16,14 +19,16 @@ from dataclasses import replace
 
 import torch
 
-from .base import Learner, norm_groups, register_learner
+from .base import Learner, norm_groups, register_learner, register_method
 from .cory import CORY
 from .credit import episode_returns
 
 
-@register_learner("reinforce", structure=CORY)
+@register_learner("reinforce")
 class Reinforce(Learner):
     """REINFORCE with a batch-mean baseline and no critic."""
+
+    takes_rounds = True
 
     def agent_config(self, agent):
         """No critic: the value loss is off."""
@@ -31,8 +36,8 @@ class Reinforce(Learner):
 
     def update(self, turns, iteration):
         """One clipped policy-gradient update per agent from sequence-level advantages."""
-        batches = {a: self.agents[a].batch(t) for a, t in turns.items()}  # -beta*KL + score
-        returns = {a: episode_returns((b.rewards * b.response_mask).sum(1), self.rounds(b))
+        batches = {a: self.agents[a].batch(t) for a, t in turns.items()}  # -kl_coef*KL + score
+        returns = {a: episode_returns((b.rewards * b.response_mask).sum(1), self.credit_span(b))
                    for a, b in batches.items()}
         # the baseline's statistics: the global batch (every rank), per agent or over both
         gathered = {a: self.comm.gather(r) for a, r in returns.items()}
@@ -50,3 +55,6 @@ class Reinforce(Learner):
             b.returns = returns[a][:, None] * b.response_mask
             stats[a] = self.agents[a].learn(b, turns[a], self.generator)
         return stats
+
+
+register_method("cory-reinforce", "reinforce", CORY)  # reinforce on CORY's structure

@@ -1,6 +1,6 @@
 """REINFORCE++ (Hu 2025, arXiv 2501.03262): REINFORCE with PPO's tricks and no critic.
 
-Per-token rewards are -beta * KL_t on every response token plus the score on the last one (the
+Per-token rewards are -kl_coef * KL_t on every response token plus the score on the last one (the
 KL in the reward, token by token); each token's return is the reward-to-go
 G_t = sum_{s >= t} gamma^(s-t) r_s, and the advantages are the returns normalised over the
 global batch (every token of every answer, on every rank; per agent unless
@@ -14,13 +14,12 @@ import torch
 
 from .base import register_learner, register_method, whiten_agents
 from .cory import CORY
-from .credit import episodes_of, turns_of
+from .credit import episodes_of, split_turns
 from .group import GroupLearner
 from .ppo import gae
-from .structure import SINGLE
 
 
-@register_learner("reinforce-pp", structure=SINGLE)
+@register_learner("reinforce-pp")
 class ReinforcePP(GroupLearner):
     """Token-level KL in the reward, reward-to-go returns, global-batch normalisation."""
 
@@ -33,10 +32,10 @@ class ReinforcePP(GroupLearner):
         cfg = self.cfg.ppo
         batches = {a: self.agents[a].batch(t) for a, t in turns.items()}
         for b in batches.values():  # values 0 and lambda 1: GAE is the discounted reward-to-go
-            r = self.rounds(b)
+            r = self.credit_span(b)
             _, returns = gae(episodes_of(b.rewards.float(), r), episodes_of(
                 torch.zeros_like(b.rewards), r), episodes_of(b.response_mask, r), cfg.gamma, 1.0)
-            b.returns = turns_of(returns, r)
+            b.returns = split_turns(returns, r)
         white = whiten_agents({a: b.returns for a, b in batches.items()},
                               {a: b.response_mask for a, b in batches.items()},
                               self.cfg.per_agent_norm, gather=self.comm.gather)

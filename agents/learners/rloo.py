@@ -5,7 +5,7 @@ Each answer's baseline is the mean return of the other G - 1 answers to the same
 
     A_i = R_i - (sum_j R_j - R_i) / (G - 1) = G / (G - 1) * (R_i - mean(R))
 
-with the sequence-level return R_i = score_i - beta * sum_t KL_t (the KL in the reward, as in
+with the sequence-level return R_i = score_i - kl_coef * sum_t KL_t (the KL in the reward, as in
 the paper). The policy loss is the clipped surrogate (one epoch with no clipping is plain
 REINFORCE). No critic.
 """
@@ -15,10 +15,9 @@ from __future__ import annotations
 from .base import register_learner, register_method
 from .cory import CORY
 from .group import GroupLearner, group_stats
-from .structure import SINGLE
 
 
-@register_learner("rloo", structure=SINGLE)
+@register_learner("rloo")
 class RLOO(GroupLearner):
     """Leave-one-out baseline over each query's G answers; KL in the reward."""
 

@@ -1,5 +1,5 @@
 """Reward shaping of token-level PPO: the KL coefficient's controllers, score statistics,
-and the per-token rewards (-beta * KL on every response token, the score on the last one)."""
+and the per-token rewards (-kl_coef * KL on every response token, the score on the last one)."""
 
 from __future__ import annotations
 
@@ -13,52 +13,52 @@ from torch import Tensor
 
 # --------------------------------------------------------------------------- KL controllers
 class AdaptiveKLController:
-    """Adaptive KL coefficient beta of Ziegler et al. (2019)."""
+    """Adaptive KL coefficient of Ziegler et al. (2019)."""
 
-    def __init__(self, beta: float, target: float, horizon: float):
-        self.beta, self.target, self.horizon = float(beta), float(target), float(horizon)
+    def __init__(self, coef: float, target: float, horizon: float):
+        self.coef, self.target, self.horizon = float(coef), float(target), float(horizon)
 
     def update(self, current_kl: float, n_steps: int) -> float:
-        """beta <- beta * (1 + clip(kl / target - 1, -0.2, 0.2) * n_steps / horizon)."""
+        """coef <- coef * (1 + clip(kl / target - 1, -0.2, 0.2) * n_steps / horizon)."""
         error = min(max(float(current_kl) / self.target - 1.0, -0.2), 0.2)
-        self.beta *= 1.0 + error * n_steps / self.horizon
-        return self.beta
+        self.coef *= 1.0 + error * n_steps / self.horizon
+        return self.coef
 
     def state_dict(self) -> dict[str, float]:
         """Checkpointable state."""
-        return {"beta": self.beta, "target": self.target, "horizon": self.horizon}
+        return {"kl_coef": self.coef, "target": self.target, "horizon": self.horizon}
 
     def load_state_dict(self, state: Mapping[str, float]) -> None:
         """Restore from state_dict()."""
-        self.beta, self.target = float(state["beta"]), float(state["target"])
+        self.coef, self.target = float(state["kl_coef"]), float(state["target"])
         self.horizon = float(state["horizon"])
 
 
 class FixedKLController:
-    """Constant KL coefficient beta."""
+    """Constant KL coefficient."""
 
-    def __init__(self, beta: float):
-        self.beta = float(beta)
+    def __init__(self, coef: float):
+        self.coef = float(coef)
 
     def update(self, current_kl: float, n_steps: int) -> float:
-        """No-op; returns the fixed beta."""
-        return self.beta
+        """No-op; returns the fixed coefficient."""
+        return self.coef
 
     def state_dict(self) -> dict[str, float]:
         """Checkpointable state."""
-        return {"beta": self.beta}
+        return {"kl_coef": self.coef}
 
     def load_state_dict(self, state: Mapping[str, float]) -> None:
         """Restore from state_dict()."""
-        self.beta = float(state["beta"])
+        self.coef = float(state["kl_coef"])
 
 
 def make_kl_controller(cfg: Any, batch_size: int) -> AdaptiveKLController | FixedKLController:
     """The controller a PPOConfig's `kl` asks for (adaptive if kl.adaptive) for a run of
     `batch_size` episodes per iteration."""
     if cfg.kl.adaptive:
-        return AdaptiveKLController(cfg.kl.beta, cfg.kl.target, cfg.kl_horizon(batch_size))
-    return FixedKLController(cfg.kl.beta)
+        return AdaptiveKLController(cfg.kl.coef, cfg.kl.target, cfg.kl_horizon(batch_size))
+    return FixedKLController(cfg.kl.coef)
 
 
 # --------------------------------------------------------------------------- scores
@@ -120,10 +120,10 @@ def scale_scores(scores: Tensor, moments: RunningMoments, cfg: Any,
     return scores
 
 
-def token_rewards(scores: Tensor, kl: Tensor, mask: Tensor, beta: float) -> Tensor:
-    """Per-token rewards: -beta*kl on masked tokens plus the score on each row's last one."""
+def token_rewards(scores: Tensor, kl: Tensor, mask: Tensor, kl_coef: float) -> Tensor:
+    """Per-token rewards: -kl_coef*kl on masked tokens plus the score on each row's last one."""
     valid = mask > 0
-    rewards = torch.where(valid, -beta * kl, torch.zeros_like(kl))
+    rewards = torch.where(valid, -kl_coef * kl, torch.zeros_like(kl))
     positions = torch.arange(mask.shape[1], device=mask.device).expand_as(mask)
     last = torch.where(valid, positions, torch.full_like(positions, -1)).max(dim=1).values
     rows = torch.nonzero(last >= 0).squeeze(1)  # zero-length rows get no score

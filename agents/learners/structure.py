@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-REWARD_MODES = ("individual", "collective")
+from cory_env.config import REWARD_MODES
 
 
 @dataclass(frozen=True)

@@ -48,10 +48,10 @@ from torch import nn
 from cory_common.files import atomic_dir
 
 from . import loading, speed
-from .kvcache import growing_cache
+from .decoding import Decoding
 from .loading import LoraSettings, cache_kwarg, check_4bit, load_lm, lora_config
 from .logits import fused_head, head_operands, head_output, token_logprobs
-from .sampling import DecodeState, SamplingConfig, Step, draw, first_seen, transform_logits
+from .sampling import SamplingConfig, first_seen, transform_logits
 from .speed import check_mixed_precision, trim_left_padding
 
 __all__ = ["Evaluation", "LLMPolicy"]
@@ -74,7 +74,7 @@ def position_ids_from_mask(mask: torch.Tensor) -> torch.Tensor:
     return (mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
-class LLMPolicy(nn.Module):
+class LLMPolicy(Decoding, nn.Module):
     """Causal LM + value head, with KV-cache sampling, batched re-evaluation and a reference."""
 
     # If set, the prompt pass runs in column chunks of about this many tokens, filling the KV
@@ -337,65 +337,6 @@ class LLMPolicy(nn.Module):
                                 position_ids, use_cache=use_cache)
         logits, values = self._heads(h)
         return logits, values, cache
-
-    # -- rollout ------------------------------------------------------------------------------
-
-    def begin(self, prompt_ids, prompt_mask, sampling: SamplingConfig | None = None,
-              max_new_tokens: int | None = None, repeat: int = 1) -> DecodeState:
-        """Run the left-padded (B, P) prompt once; keep the KV cache and next-token logits.
-
-        `max_new_tokens`, when known, sizes the KV cache exactly (no spare room to grow into).
-        `repeat` G: each prompt row is decoded G times (rows kG..kG+G-1 of the state): one
-        prompt pass, then the cache and the next-token state are repeated row by row.
-        """
-        sampling = sampling or SamplingConfig()
-        with torch.inference_mode():
-            self._activate()
-            prompt_ids, prompt_mask = trim_left_padding(prompt_ids, prompt_mask)
-            B, P = prompt_ids.shape
-            cache = growing_cache(P + max_new_tokens if max_new_tokens else 0,
-                                  dtype=speed.kv_cache_dtype(self))
-            width = max(1, (self.prefill_chunk_tokens or B * P) // B)  # columns per chunk
-            for start in range(0, P, width):  # the cache fills chunk by chunk: same keys/values
-                end = min(P, start + width)
-                h, cache = self._hidden(self.hf_model, prompt_ids[:, start:end],
-                                        prompt_mask[:, :end], cache, use_cache=True)
-            logits, value = self._heads(h[:, -1])
-            seen = None
-            if sampling.repetition_penalty != 1.0:
-                seen = first_seen(prompt_ids, prompt_mask, 0, self.vocab_size) <= 0
-            if repeat > 1:
-                cache.batch_repeat_interleave(repeat)
-                logits, value, prompt_mask = (x.repeat_interleave(repeat, 0)
-                                              for x in (logits, value, prompt_mask))
-                seen = None if seen is None else seen.repeat_interleave(repeat, 0)
-        return DecodeState(cache, prompt_mask.long(), logits, value, seen, sampling)
-
-    def sample(self, state: DecodeState, generator: torch.Generator | None = None) -> Step:
-        """Draw one token per row from the state's logits (no forward pass).
-
-        `generator` must live on the model's device. Returned tensors are ordinary (not
-        inference-mode) tensors, so they can be stored and used in PPO losses.
-        """
-        return draw(state.logits, state.value, state.seen, state.sampling, generator)
-
-    def feed(self, state: DecodeState, token: torch.Tensor, active: torch.Tensor | None = None):
-        """Append one token per row (inactive rows: pad, mask 0) and run one cached step."""
-        with torch.inference_mode():
-            self._activate()
-            if active is None:
-                active = torch.ones_like(token, dtype=torch.bool)
-            active = active.bool()
-            token = torch.where(active, token, self.pad_token_id)
-            state.mask = torch.cat([state.mask, active.long()[:, None]], dim=1)
-            pos = (state.mask.sum(-1, keepdim=True) - 1).clamp(min=0)
-            h, state.cache = self._hidden(self.hf_model, token[:, None], state.mask,
-                                          cache=state.cache, position_ids=pos, use_cache=True)
-            state.logits, state.value = self._heads(h[:, -1])
-            if state.seen is not None:
-                col = token[:, None]
-                state.seen.scatter_(1, col, state.seen.gather(1, col) | active[:, None])
-        return state
 
     # -- training -----------------------------------------------------------------------------
 

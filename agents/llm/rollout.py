@@ -143,7 +143,7 @@ def rollout(env: BatchedCoryEnv, policies: Mapping[str, object], sampling=None,
         del steps
     ep, out = env.episodes, {}
     for position, agent in enumerate(env.agents):
-        parts, turns = partial.setdefault(agent, []), ep.turns_of(position)
+        parts, turns = partial.setdefault(agent, []), ep.finished_turns(position)
         for j in turns[len(parts):]:  # turns no episode reached: nothing said
             parts.append(_silent_turn(env, agent, j, policies[agent].device))
         paid, task = env.turn_rewards(agent)
@@ -179,7 +179,7 @@ def answer_alone(env: BatchedCoryEnv, policy, sampling, generator: torch.Generat
         steps = play_turn(env, policy, sampling, generator)
         rewards.append(env.infos()[agent]["task_reward"].numpy()[:len(chunk)])
         if kl and recompute:  # scored below, all answers together
-            answers.append({k: v[:len(chunk)] for k, v in env.turn(agent).items()
+            answers.append({k: v[:len(chunk)] for k, v in env.turn_batch(agent).items()
                             if k in ("input_ids", "attention_mask", "response_mask")})
         elif kl:
             turn = _turn_tensors(env, agent, role, steps, policy, env.max_new_tokens, sampling)
@@ -221,7 +221,7 @@ def _rows(env, agent: str, seq: dict, device) -> dict:
 def _silent_turn(env, agent: str, number: int, device) -> dict:
     """The tensors of a turn in which no episode said anything (all were over before it): its
     rows as the env kept them, every per-token tensor 0."""
-    rows = _rows(env, agent, env.turn(agent, number), device)
+    rows = _rows(env, agent, env.turn_batch(agent, number), device)
     zeros = torch.zeros_like(rows["response_mask"])
     return dict(rows, role=env.episodes.roles[env.episodes.position(number)], logprobs=zeros,
                 raw_logprobs=zeros, values=zeros, ref_logprobs=zeros, full_kl=zeros)
@@ -230,7 +230,7 @@ def _silent_turn(env, agent: str, number: int, device) -> dict:
 def _turn_tensors(env, agent, role, steps, policy, T, sampling=None) -> dict:
     """A finished turn's per-token tensors: sampled log-probs, values, reference and exact KL."""
     device = policy.device
-    rows = _rows(env, agent, env.turn(agent), device)
+    rows = _rows(env, agent, env.turn_batch(agent), device)
     ids, mask, response_mask = rows["input_ids"], rows["attention_mask"], rows["response_mask"]
     pad = T - len(steps)
 

@@ -29,7 +29,7 @@ class TextPolicy:
     """An `LLMPolicy` (or any policy with begin/sample/feed) answering prompt strings.
 
     `max_new_tokens` None: the cap of the text env that seats it (`use_turn_cap`, which
-    `cory_env.demo.seat` calls), else DEFAULT_CAP; never past the model's positions.
+    `cory_env.seats.seat` calls), else DEFAULT_CAP; never past the model's positions.
     """
 
     DEFAULT_CAP = 32

@@ -15,11 +15,10 @@ import warnings
 import numpy as np
 import torch
 
+from cory_common.cli import flatten
 from cory_common.files import atomic_write
 
-from .cli import flatten
-
-FORMAT = 3  # 3: the batch stored once (no ppo.batch_size); 2: the rotation alone, "beta"
+FORMAT = 4  # 4: the KL controller keeps "coef"; 3: the batch stored once; 2: the rotation alone
 # Settings a resumed run may change: they do not change what the next iterations compute.
 RESUMABLE_CHANGES = ("iterations", "device", "placement")
 

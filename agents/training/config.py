@@ -14,18 +14,25 @@ from dataclasses import dataclass, field
 import torch
 
 from cory_common.checks import check_fields, check_int, meta
+from cory_common.cli import add_import_option, add_options, apply
 from cory_common.files import check_local_path
 from cory_common.plugins import load_plugins
 from cory_common.pretrained import check_model
-from cory_env import make_task, registered_tasks
-from cory_env.aec import agent_names
+from cory_env import EnvConfig, make_task, registered_tasks, task_defaults
+from cory_env.chain import agent_names
 
-from ..learners.base import LearnerConfig, resolve_method
-from ..learners.ppo import KLConfig, PPOConfig
+from ..learners.base import (
+    LearnerConfig,
+    registered_methods,
+    registered_structures,
+    resolve_method,
+)
+from ..learners.ppo import PPOConfig
 from ..llm.loading import LoraSettings, check_adapter_base, check_weights, model_positions
 from ..llm.sampling import SamplingConfig
 from ..llm.speed import check_mixed_precision
-from .cli import add_options, apply
+
+PPO_DEFAULTS = PPOConfig()
 
 
 @dataclass
@@ -64,13 +71,6 @@ class TrainConfig(LearnerConfig):
     placement: dict[str, str] = field(default_factory=dict, metadata=meta(
         "device per model, e.g. llm_0=cuda:0,llm_1=cuda:1,critic=cuda:1"))
     task_options: dict = field(default_factory=dict, metadata=meta("task keywords k=v,..."))
-    # The offline default, as the benchmark trains: the paper's IMDB PPO table but lr 1e-4
-    # (20 x 32 episodes are ~40x fewer samples than its 100 x 256) and one 32-row mini-batch.
-    # The KL horizon scales with the batch (10000 x 32 / 256 here), so beta adapts per
-    # iteration as fast as in the paper's batch-256 runs (`--no-scale-kl-horizon`: raw).
-    ppo: PPOConfig = field(default_factory=lambda: PPOConfig(
-        lr=1e-4, mini_batch_size=32,
-        kl=KLConfig(penalty="full", scale_horizon=True)))
 
     def validate(self) -> TrainConfig:
         """Check the config before any model is loaded, naming the bad field, and return the
@@ -159,12 +159,14 @@ class TrainConfig(LearnerConfig):
         self._check_lengths(task, k)
 
     def _check_numbers(self) -> None:
-        """Counts and the seed; with no PPO setting given, the mini-batch fits the batch."""
+        """Counts and the seed; a mini-batch left at its default fits the batch."""
         check_int("iterations", self.iterations, 1)
         check_int("max_new_tokens", self.max_new_tokens, 1, none_ok=True)
         check_int("seed", self.seed, 0, 2 ** 32)  # what numpy and torch seed from
-        if self.ppo == TrainConfig.__dataclass_fields__["ppo"].default_factory():
-            mini_batch_follows(self, {"batch_size"})
+        mini_batch_follows(self, {"batch_size"} | ({"mini_batch_size"} if self.ppo.mini_batch_size
+                                                    != PPO_DEFAULTS.mini_batch_size else set())
+                           | ({"grad_accum_steps"} if self.ppo.grad_accum_steps
+                              != PPO_DEFAULTS.grad_accum_steps else set()))
 
     def _check_run(self, names: list[str], method) -> None:
         """The group size, 4-bit loading, precision, switches and devices."""
@@ -172,7 +174,7 @@ class TrainConfig(LearnerConfig):
         if self.batch_size % group:
             raise ValueError(f"batch_size={self.batch_size} must be divisible by the group size "
                              f"{group} (answers per query of {self.method!r}; set group_size)")
-        check_int("rounds", self.rounds, 1)
+        EnvConfig(n_agents=len(names), rounds=self.rounds).validate()  # the env's own checks
         if method.structure.shared_policy:
             if not method.learner.shares_policy:
                 raise ValueError(f"{self.method!r}: the {method.learner.name} learner cannot "
@@ -219,11 +221,16 @@ class TrainConfig(LearnerConfig):
     def agents_count(self, method=None) -> int:
         """K: n_agents, else the method's default; a ValueError naming a K it cannot train
         (`method`: the method already resolved)."""
-        default = (method or resolve_method(self.method)).n_agents
-        k = self.n_agents
+        method = method or resolve_method(self.method)
+        default, k = method.n_agents, self.n_agents
         if k is None:
-            return default
+            k = default
         check_int("n_agents", k, 1)
+        if k < method.learner.min_agents:
+            raise ValueError(f"{self.method!r}: the {method.learner.name} learner needs "
+                             f"{method.learner.min_agents}+ agents, the structure gives {k}")
+        if self.n_agents is None:
+            return k
         if default == 1 and k != 1:
             raise ValueError(f"{self.method!r} is a single-agent learner: n_agents={k} "
                              f"needs a multi-agent method (cory, ippo, mappo, cory-grpo, ...)")
@@ -236,8 +243,7 @@ class TrainConfig(LearnerConfig):
 def add_train_options(parser, skip: tuple[str, ...] = ()) -> dict:
     """An option per TrainConfig field (but `skip`) plus --import; returns {dest: path}."""
     paths = add_options(parser, TrainConfig, TrainConfig(), skip=skip)
-    parser.add_argument("--import", dest="imports", action="append", metavar="MODULE_OR_FILE",
-                        help="module or .py file that registers learners or tasks (repeatable)")
+    add_import_option(parser)
     return paths
 
 
@@ -282,3 +288,15 @@ def check_device(name: str, dev, present: bool = False) -> None:
         n = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if (d.index or 0) >= n:
             raise ValueError(f"{name}={dev!r} but {n} CUDA device(s) are visible")
+
+
+def catalogue() -> str:
+    """The registered methods, tasks and each task's options, for a CLI's --help."""
+    lines = ["methods (a learner on a structure; --import adds yours; any learner/structure "
+             "is one too, structures: " + ", ".join(registered_structures()) + "):",
+             "  " + ", ".join(registered_methods()), "tasks and their options (--task-options "
+             "k=v,...; a task's tokenizer defaults to --model's when it takes one):"]
+    for task in registered_tasks():
+        opts = ", ".join(f"{k}={v!r}" for k, v in task_defaults(task).items())
+        lines.append(f"  {task}: {opts or '(none)'}")
+    return "\n".join(lines)

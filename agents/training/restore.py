@@ -7,12 +7,12 @@
 
 from __future__ import annotations
 
+from cory_common import cli
 from cory_common.pretrained import load_tokenizer
 from cory_env import make_task
 
 from ..llm.sampling import SamplingConfig
 from ..llm.text import TextPolicy
-from . import cli
 from .checkpoint import load_trainable_state, read_checkpoint
 from .config import TrainConfig
 from .train import build_policies, model_of, tokenizer_folder

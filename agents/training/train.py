@@ -24,7 +24,7 @@ import torch
 
 from cory_common.pretrained import load_tokenizer, resolve_model
 from cory_env import BatchedCoryEnv, make_task, offline_model
-from cory_env.aec import agent_names
+from cory_env.chain import agent_names
 
 from ..learners.base import resolve_method
 from ..learners.comm import Comm
@@ -266,7 +266,7 @@ class Trainer:
             stats = self.learner.update(turns, self.iteration)
         metrics = self.learner.metrics(turns, stats)
         metrics["iteration"] = self.iteration
-        metrics["rotation"] = int(options.get("rotation", 0)) % max(len(self.learner.policies), 1)
+        metrics["rotation"] = self.env.rotation  # the env's, reduced where it entered
         metrics["time_rollout_s"], metrics["time_update_s"] = t1 - t0, time.perf_counter() - t1
         self.iteration += 1
         return metrics

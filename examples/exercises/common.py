@@ -40,7 +40,8 @@ def course_lm(folder: str) -> str:
 
 def course_config(method: str, model: str, iterations: int = 8, seed: int = 0) -> TrainConfig:
     """A fast training config on the colours task (seconds on a laptop CPU)."""
-    ppo = PPOConfig(mini_batch_size=8, lr=1e-2, kl=KLConfig(beta=0.02, penalty="kl"))
+    ppo = PPOConfig(mini_batch_size=8, lr=1e-2,
+                    kl=KLConfig(coef=0.02, penalty="kl", scale_horizon=False))
     return TrainConfig(task="colours", method=method, model=model, iterations=iterations,
                        batch_size=16, seed=seed, t_rex=3, ppo=ppo)
 

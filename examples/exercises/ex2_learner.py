@@ -9,14 +9,14 @@ import argparse
 import tempfile
 from dataclasses import replace
 
-from agents.learners.base import Learner, register_learner
+from agents.learners.base import Learner, register_learner, register_method
 from agents.learners.cory import CORY
 from agents.training.train import Trainer
 
 from .common import course_config, course_lm
 
 
-@register_learner("reinforce-ema", structure=CORY)
+@register_learner("reinforce-ema")  # the method reinforce-ema: the learner alone
 class ReinforceEMA(Learner):
     """REINFORCE: advantage = return - moving average of past returns; no critic."""
 
@@ -47,15 +47,19 @@ class ReinforceEMA(Learner):
         return stats
 
 
+register_method("cory-reinforce-ema", "reinforce-ema", CORY)  # the same on CORY's structure
+
+
 def main(argv=None) -> list[float]:
-    """Train reinforce-ema on the colours task; print and return llm_0's reward curve."""
+    """Train cory-reinforce-ema (the learner on CORY's structure) on the colours task; print
+    and return llm_0's reward curve."""
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--iterations", type=int, default=8)
     args = p.parse_args(argv)
     tmp = tempfile.TemporaryDirectory(prefix="course-lm-")
     model = course_lm(tmp.name)
     curve = [m["llm_0"]["task_reward"] for m in
-             Trainer(course_config("reinforce-ema", model, args.iterations)).run()]
+             Trainer(course_config("cory-reinforce-ema", model, args.iterations)).run()]
     print(f"first={curve[0]:.3f} last={curve[-1]:.3f}")
     tmp.cleanup()
     return curve

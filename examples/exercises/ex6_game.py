@@ -56,7 +56,8 @@ def play(pioneer, observer, games: int) -> dict[str, float]:
 
 def train(model: str, iterations: int, batch: int, seed: int = 0) -> list[float]:
     """PPO for player 0 against the `first` rule; the mean outcome of each iteration."""
-    ppo = PPOConfig(mini_batch_size=batch, lr=1e-5, kl=KLConfig(beta=0.05))
+    ppo = PPOConfig(mini_batch_size=batch, lr=1e-5,
+                    kl=KLConfig(coef=0.05, penalty="kl", scale_horizon=False))
     cfg = TrainConfig(task="game", task_options={"opponent": "first"}, method="ppo",
                       model=model, rounds=5, max_new_tokens=4, iterations=iterations,
                       batch_size=batch, seed=seed, ppo=ppo)

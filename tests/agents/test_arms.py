@@ -16,7 +16,7 @@ cory_env.register_task("toy", ToyTask)
 
 
 def config(toy_lm, method, **kw):
-    ppo = kw.pop("ppo", PPOConfig(mini_batch_size=8, lr=1e-3, kl=KLConfig(beta=0.3)))
+    ppo = kw.pop("ppo", PPOConfig(mini_batch_size=8, lr=1e-3, kl=KLConfig(coef=0.3)))
     return TrainConfig(task="toy", method=method, model=toy_lm, batch_size=8, ppo=ppo,
                        iterations=3, max_new_tokens=8, **kw)
 
@@ -57,16 +57,16 @@ def test_cory_official_uses_the_official_settings(toy_lm):
     trainer = Trainer(config(toy_lm, "cory-official"))
     for agent in trainer.learner.agents.values():
         assert agent.cfg.use_score_scaling and agent.cfg.use_score_norm
-        assert agent.beta == 0.4
+        assert agent.kl_coef == 0.4
     assert trainer.learner.sampling.repetition_penalty == 1.1
     for it in range(3):
         cap = drawn_length(0, it, 8)
         out = trainer.step()
         assert out["llm_0"]["response_length"] <= cap and out["llm_1"]["response_length"] <= cap
-    fixed = Trainer(config(toy_lm, "cory-official", eta=0.05,
+    fixed = Trainer(config(toy_lm, "cory-official", report_kl_coef=0.05,
                            ppo=PPOConfig(mini_batch_size=8,
-                                         kl=KLConfig(beta=0.05, adaptive=False))))
-    assert all(a.beta == 0.05 for a in fixed.learner.agents.values())  # a fixed η is kept
+                                         kl=KLConfig(coef=0.05, adaptive=False))))
+    assert all(a.kl_coef == 0.05 for a in fixed.learner.agents.values())  # a fixed η is kept
 
 
 def test_ppo_2x_sees_twice_the_episodes_in_as_many_optimizer_steps(toy_lm):
@@ -84,16 +84,16 @@ def test_sampled_kl_arms_use_the_sampled_log_ratio(toy_lm):
         assert all(a.cfg.kl.penalty == "kl" for a in trainer.learner.agents.values())
 
 
-def test_scaled_kl_horizon_moves_beta_per_iteration_as_at_batch_256():
+def test_scaled_kl_horizon_moves_the_coefficient_per_iteration_as_at_batch_256():
     from agents.learners.shaping import make_kl_controller
 
-    raw = (PPOConfig(mini_batch_size=32), 32)
+    raw = (PPOConfig(mini_batch_size=32, kl=KLConfig(scale_horizon=False)), 32)
     scaled = (PPOConfig(mini_batch_size=32, kl=KLConfig(scale_horizon=True)), 32)
     paper = (PPOConfig(mini_batch_size=256), 256)
     steps = {}
     for name, (cfg, batch) in (("raw", raw), ("scaled", scaled), ("paper", paper)):
         ctl = make_kl_controller(cfg, batch)
         ctl.update(100.0, batch)  # KL far above target: the step is clipped at +20%
-        steps[name] = ctl.beta / cfg.kl.beta - 1
+        steps[name] = ctl.coef / cfg.kl.coef - 1
     assert steps["scaled"] == pytest.approx(steps["paper"]) == pytest.approx(0.2 * 256 / 10000)
     assert steps["raw"] == pytest.approx(0.2 * 32 / 10000)

@@ -22,7 +22,7 @@ cory_env.register_task("toy", ToyTask)
 
 
 def config(model, method="cory", **kw):
-    ppo = PPOConfig(mini_batch_size=8, lr=3e-3, kl=KLConfig(beta=0.05))
+    ppo = PPOConfig(mini_batch_size=8, lr=3e-3, kl=KLConfig(coef=0.05))
     return TrainConfig(task="toy", method=method, model=model, batch_size=8, ppo=ppo,
                        iterations=kw.pop("iterations", 3), **kw)
 
@@ -58,7 +58,7 @@ def test_k2_is_todays_cory(toy_lm):
     assert [m["rotation"] for m in default] == [0, 1, 0]
 
 
-@pytest.mark.parametrize("method", ["mappo", "cory-grpo", "ippo"])
+@pytest.mark.parametrize("method", ["cory-mappo", "cory-grpo", "ippo"])
 def test_multi_agent_learners_train_k3(toy_lm, method):
     kw = {"group_size": 2} if method == "cory-grpo" else {}
     trainer = Trainer(config(toy_lm, method, n_agents=3, t_rex=1, iterations=2, **kw))
@@ -66,7 +66,7 @@ def test_multi_agent_learners_train_k3(toy_lm, method):
         assert {f"llm_{i}" for i in range(3)} <= set(m)
         for i in range(3):
             assert torch.isfinite(torch.tensor(m[f"llm_{i}"]["policy_loss"]))
-        if method == "mappo":
+        if method == "cory-mappo":
             assert m["llm_0"]["critic_value_loss"] == m["llm_2"]["critic_value_loss"]
 
 
@@ -129,7 +129,7 @@ def test_heterogeneous_models_each_with_its_own_reference(toy_lm, tmp_path):
 def test_agents_not_named_in_models_start_from_model(toy_lm, tmp_path, monkeypatch):
     other = other_lm(tmp_path / "other")
     monkeypatch.setattr("agents.training.train.default_model", lambda task: toy_lm)  # offline LM
-    trainer = Trainer(config(None, "mappo", models={"llm_0": other}, iterations=1))
+    trainer = Trainer(config(None, "cory-mappo", models={"llm_0": other}, iterations=1))
     pols = trainer.learner.policies
     wte = {a: p.hf_model.transformer.wte.weight for a, p in pols.items()}
     offline = Trainer(config(toy_lm, iterations=1)).learner.policies["llm_0"]
@@ -218,8 +218,8 @@ def test_every_position_after_the_pioneer_reports_its_copy_rate(monkeypatch):
     import agents.learners.base as base
 
     learner = base.Learner.__new__(base.Learner)
-    learner.agents, learner.cfg = {}, SimpleNamespace(eta=0.0)
-    monkeypatch.setattr(base, "turn_metrics", lambda turn, eta: {})
+    learner.agents, learner.cfg = {}, SimpleNamespace(report_kl_coef=0.0)
+    monkeypatch.setattr(base, "turn_metrics", lambda turn, coef: {})
     turns = {a: SimpleNamespace(position=k, texts=texts, agent=a, task_reward=torch.zeros(2))
              for k, (a, texts) in enumerate([("llm_1", ["red", "blue"]),
                                              ("llm_0", ["red", "green"]),

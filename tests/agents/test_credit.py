@@ -8,7 +8,7 @@ import torch
 from helpers import ToyTask
 
 import cory_env
-from agents.learners.credit import episode_returns, episodes_of, turns_of
+from agents.learners.credit import episode_returns, episodes_of, split_turns
 from agents.learners.mappo import episode_order, joint_sequence, view
 from agents.learners.ppo import KLConfig, PPOConfig, gae
 from agents.llm.rollout import rollout
@@ -31,7 +31,7 @@ cory_env.register_task("toy", ToyTask)
 
 
 def config(toy_lm, method="ppo", **kw):
-    ppo = PPOConfig(mini_batch_size=8, lr=3e-3, kl=KLConfig(beta=0.05),
+    ppo = PPOConfig(mini_batch_size=8, lr=3e-3, kl=KLConfig(coef=0.05),
                     credit=kw.pop("credit", "episode"))
     return TrainConfig(task=kw.pop("task", "first-word-counts"), method=method, model=toy_lm,
                        batch_size=16, ppo=ppo, iterations=kw.pop("iterations", 2), **kw)
@@ -57,7 +57,7 @@ def test_turns_of_an_episode_are_laid_end_to_end_and_back():
     x = torch.arange(24.0).view(6, 4)  # 3 rounds x 2 episodes, round-major
     joined = episodes_of(x, 3)
     assert joined.shape == (2, 12) and torch.equal(joined[1, :4], x[1])
-    assert torch.equal(joined[1, 4:8], x[3]) and torch.equal(turns_of(joined, 3), x)
+    assert torch.equal(joined[1, 4:8], x[3]) and torch.equal(split_turns(joined, 3), x)
     assert torch.equal(episode_returns(torch.tensor([1.0, 2, 3, 4, 5, 6]), 3),
                        torch.tensor([9.0, 12, 9, 12, 9, 12]))
 
@@ -86,7 +86,7 @@ def test_a_rollout_stacks_each_agents_turns_round_major(toy_lm):
         assert {f"round_{r}_{k}" for r in (1, 2, 3) for k in ("task_reward", "kl")} <= set(m)
 
 
-@pytest.mark.parametrize("method", ["cory-grpo", "cory-reinforce-pp", "reinforce"])
+@pytest.mark.parametrize("method", ["cory-grpo", "cory-reinforce-pp", "cory-reinforce"])
 def test_the_group_and_critic_free_learners_train_on_rounds(toy_lm, method):
     trainer = Trainer(config(toy_lm, method, task="toy", rounds=2, group_size=4
                              if "grpo" in method else None))
@@ -108,7 +108,7 @@ def test_credit_across_turns_learns_what_per_turn_credit_cannot(toy_lm):
     assert gain["episode"] > 1.5 and gain["turn"] < 0.5, curves
 
 
-@pytest.mark.parametrize("method", ["mappo", "mappo/independent"])
+@pytest.mark.parametrize("method", ["cory-mappo", "mappo/independent"])
 def test_mappo_reads_every_rounds_transcript_and_trains(toy_lm, method):
     trainer = Trainer(config(toy_lm, method, task="toy", rounds=2))
     turns = rollout(trainer.env, trainer.learner.policies, trainer.cfg.sampling,
@@ -175,4 +175,4 @@ def test_a_transcript_over_rounds_longer_than_the_models_positions_is_warned_abo
     """MAPPO's critic reads every turn of every round: 64 positions are too few here."""
     with pytest.warns(UserWarning, match="critic's model reads at most 64 positions, but a "
                                          "chain of 2 agents over 4 rounds can need"):
-        Trainer(config(toy_lm, "mappo", task="toy", rounds=4))
+        Trainer(config(toy_lm, "cory-mappo", task="toy", rounds=4))

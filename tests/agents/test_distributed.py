@@ -41,7 +41,7 @@ def config(model, method="cory", **kw):
 
     batch = kw.pop("batch_size", 8)
     ppo = PPOConfig(mini_batch_size=kw.pop("mini_batch_size", 4), ppo_epochs=2,
-                    lr=3e-3, kl=KLConfig(beta=0.05))
+                    lr=3e-3, kl=KLConfig(coef=0.05, penalty="kl", scale_horizon=False))
     return TrainConfig(task=kw.pop("task", "shardtoy"), method=method, model=model,
                        batch_size=batch, ppo=ppo, iterations=kw.pop("iterations", 3), **kw)
 
@@ -90,7 +90,7 @@ def worker(argv) -> None:
         checks_rank(args.model, args.out)
     else:
         run_rank(args.model, args.out, "cory", iterations=3, poison_iteration=2)
-        run_rank(args.model, args.out, "mappo", iterations=3, poison_iteration=1)
+        run_rank(args.model, args.out, "cory-mappo", iterations=3, poison_iteration=1)
     import torch.distributed as dist
 
     if dist.is_initialized():  # leave together: a rank exiting mid-teardown aborts gloo
@@ -117,8 +117,8 @@ def run_rank(model, out, method, iterations, poison_iteration) -> None:
               "checksums": [], "queries": [], "local": [], "reduced": []}
     for metrics in trainer.run():
         record["checksums"].append(checksum(trainer))
-        record["queries"].append([q.text for q in trainer.env.turn("llm_0")["queries"]])
-        keep = ("role", "task_reward", "skipped_batches", "optimizer_steps", "beta")
+        record["queries"].append([q.text for q in trainer.env.turn_batch("llm_0")["queries"]])
+        keep = ("role", "task_reward", "skipped_batches", "optimizer_steps", "kl_coef")
         for src, dst in ((trainer.local_metrics, "local"), (metrics, "reduced")):
             record[dst].append({a: {k: src[a][k] for k in keep} for a in ("llm_0", "llm_1")})
     trainer.save(os.path.join(out, f"{method}.pt"))
@@ -189,7 +189,7 @@ def checks_rank(model, out) -> None:
 
     trainer.learner.update = set_kl
     trainer.step()
-    record["beta"] = {a: s.beta for a, s in trainer.learner.agents.items()}
+    record["kl_coef"] = {a: s.kl_coef for a, s in trainer.learner.agents.items()}
     # 3. score statistics over the global batch, with normalisation on
     cfg = config(model, "cory", iterations=1)
     cfg.ppo.use_score_norm = True
@@ -207,7 +207,7 @@ def checks_rank(model, out) -> None:
                              for a, s in trainer.learner.agents.items()}
     record["rewards"] = rewards
     # 4. REINFORCE with one row per rank: the baseline's std is over the global batch
-    one = DistributedTrainer(config(model, "reinforce", iterations=2, batch_size=1,
+    one = DistributedTrainer(config(model, "cory-reinforce", iterations=2, batch_size=1,
                                     mini_batch_size=1), acc)
     update, advantages = one.learner.update, []
 
@@ -270,16 +270,16 @@ def fsdp_rank(model, out) -> None:
         if isinstance(weight, DTensor) else None
     head = trainer("fsdp")
     head.step()
-    record["queries"] = [q.text for q in head.env.turn("llm_0")["queries"]]
+    record["queries"] = [q.text for q in head.env.turn_batch("llm_0")["queries"]]
     head.step()
     head.save(os.path.join(out, "fsdp-head.pt"))
     tail = trainer("fsdp")
     tail.load(os.path.join(out, "fsdp-head.pt"))
     record["metrics"]["fsdp_resumed"] = [numbers(m) for m in tail.run()]
     tail.save(os.path.join(out, "fsdp-resumed.pt"))
-    critic = trainer("fsdp", "mappo", iterations=2)
+    critic = trainer("fsdp", "cory-mappo", iterations=2)
     before = full_critic(critic)
-    record["metrics"]["mappo"] = [numbers(m) for m in critic.run()]
+    record["metrics"]["cory-mappo"] = [numbers(m) for m in critic.run()]
     record["critic_moved"] = float((full_critic(critic) - before).abs().max())
     for sharding in ("ddp", "fsdp"):  # bf16 autocast: the reference copy is stored in bf16
         cfg = config(model, "cory", t_rex=1, iterations=2, mixed_precision="bf16")
@@ -332,13 +332,13 @@ def test_two_cpu_ranks_share_weights_and_split_the_data(toy_lm, tmp_path):
         for a in ("llm_0", "llm_1"):
             mean = (r0["local"][it][a]["task_reward"] + r1["local"][it][a]["task_reward"]) / 2
             assert r0["reduced"][it][a]["task_reward"] == pytest.approx(mean)
-            assert r0["local"][it][a]["beta"] == r1["local"][it][a]["beta"]
+            assert r0["local"][it][a]["kl_coef"] == r1["local"][it][a]["kl_coef"]
     # one checkpoint, written by rank 0, with both ranks' RNG states
     state = torch.load(tmp_path / "cory.pt", weights_only=False)
     assert state["world_size"] == 2 and len(state["ranks"]) == 2 and state["iteration"] == 3
     # MAPPO: actors and the centralized critic stay identical, on disjoint data; at iteration 1
     # rank 1's NaN returns make both ranks skip every actor AND critic minibatch (no hang)
-    m0, m1 = (json.load(open(tmp_path / f"mappo{r}.json")) for r in (0, 1))
+    m0, m1 = (json.load(open(tmp_path / f"cory-mappo{r}.json")) for r in (0, 1))
     assert m0["init"] == m1["init"] and m0["checksums"] == m1["checksums"]
     assert m0["checksums"][0] != m0["init"] and m0["checksums"][2] != m0["checksums"][1]
     assert m0["checksums"][1] == m0["checksums"][0]
@@ -359,7 +359,7 @@ def test_multi_rank_statistics_gradients_and_resume(toy_lm, tmp_path):
     # ranks; per-rank controllers would have moved down on rank 0 and up on rank 1
     n = 8 * 2  # the global batch
     for a in ("llm_0", "llm_1"):
-        assert r0["beta"][a] == r1["beta"][a] == pytest.approx(0.05 * (1 + 0.2 * n / 100))
+        assert r0["kl_coef"][a] == r1["kl_coef"][a] == pytest.approx(0.05 * (1 + 0.2 * n / 100))
     # score statistics folded the global batch in, identically on both ranks
     for a in ("llm_0", "llm_1"):
         every = torch.tensor(r0["rewards"][a] + r1["rewards"][a], dtype=torch.float64)
@@ -439,9 +439,9 @@ def test_fsdp_matches_ddp_shards_the_weights_and_resumes_exactly(toy_lm, tmp_pat
         assert torch.equal(resumed[k], f[k]), k
     # MAPPO's sharded critic trains: its weights move and its loss changes between iterations
     assert r0["critic_moved"] > 1e-4 and r1["critic_moved"] == r0["critic_moved"]
-    losses = [m["llm_0"]["critic_value_loss"] for m in r0["metrics"]["mappo"]]
+    losses = [m["llm_0"]["critic_value_loss"] for m in r0["metrics"]["cory-mappo"]]
     assert all(math.isfinite(x) for x in losses) and losses[0] != losses[1]
-    assert all(m["llm_0"]["critic_skipped_batches"] == 0 for m in r0["metrics"]["mappo"])
+    assert all(m["llm_0"]["critic_skipped_batches"] == 0 for m in r0["metrics"]["cory-mappo"])
     # under bf16 autocast the (sharded) reference copy is stored in bf16, and FSDP still
     # learns what DDP does
     assert r0["ddp_bf16_frozen"] == r0["fsdp_bf16_frozen"] == ["torch.bfloat16"]
@@ -516,7 +516,7 @@ def test_one_process_equals_the_plain_trainer(toy_lm):
     assert [numbers(m) for m in dist.run()] == plain
 
 
-@pytest.mark.parametrize("method", ["cory", "mappo"])
+@pytest.mark.parametrize("method", ["cory", "cory-mappo"])
 def test_distributed_checkpoint_resumes_exactly(toy_lm, tmp_path, method):
     from agents.distributed import DistributedTrainer, make_accelerator
 
@@ -593,7 +593,7 @@ def test_placement_puts_each_module_where_asked(toy_lm):
     from agents.training.train import Trainer
 
     where = {"llm_0": "cpu", "llm_1": "cpu", "critic": "cpu"}
-    trainer = Trainer(config(toy_lm, "mappo", task="toy", iterations=1, placement=where))
+    trainer = Trainer(config(toy_lm, "cory-mappo", task="toy", iterations=1, placement=where))
     learner = trainer.learner
     for agent in ("llm_0", "llm_1"):
         policy = learner.policies[agent]

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def config(model, method="cory", **kw):
-    ppo = PPOConfig(mini_batch_size=4, ppo_epochs=2, lr=3e-3, kl=KLConfig(beta=0.05),
+    ppo = PPOConfig(mini_batch_size=4, ppo_epochs=2, lr=3e-3, kl=KLConfig(coef=0.05),
                     **kw.pop("ppo", {}))
     return TrainConfig(task="toy", method=method, model=model, batch_size=8, ppo=ppo,
                        iterations=kw.pop("iterations", 4), **kw)
@@ -215,7 +215,7 @@ def test_numpy_scalars_count_as_python_ones(toy_lm):
     ("task_options", "reward_model=x", "TrainConfig.task_options must be a dict"),
     ("placement", ["cpu"], "TrainConfig.placement must be a dict"),
     ("model", "/no/such/model", "model='/no/such/model': no such file or folder"),
-    ("eta", -1.0, "eta must be None or a finite number >= 0"),
+    ("report_kl_coef", -1.0, "report_kl_coef must be None or a finite number >= 0"),
 ])
 def test_bad_train_settings_are_named_before_anything_loads(field, value, message):
     cfg = TrainConfig(task="toy")
@@ -230,7 +230,7 @@ def test_bad_train_settings_are_named_before_anything_loads(field, value, messag
     ("ppo_epochs", 0, "ppo_epochs"),
     ("gamma", float("nan"), "PPOConfig.gamma must be a float, got nan"),
     ("kl.penalty", "kl2", "KLConfig.penalty must be one of"),
-    ("kl.beta", -1.0, "KLConfig.beta must be a finite number >= 0, got -1.0"),
+    ("kl.coef", -1.0, "KLConfig.coef must be a finite number >= 0, got -1.0"),
     ("kl.where", "both", "KLConfig.where must be one of"),
 ])
 def test_bad_ppo_settings_are_named(field, value, message):
@@ -263,7 +263,7 @@ def test_bad_env_inputs_get_clear_errors(toy_task):
         fresh.step(torch.tensor([1, 2]))
     env.reset()
     with pytest.raises(ValueError, match="unknown agent 'llm_9'; agents:"):
-        env.turn("llm_9")
+        env.turn_batch("llm_9")
     raw = cory_env.raw_env(task="toy")
     with pytest.raises(AssertionError, match=r"reset\(\) needs to be called before step"):
         raw.step(1)
@@ -342,7 +342,7 @@ def test_help_lists_methods_tasks_and_task_options():
     from benchmarks.run import build_parser
 
     text = build_parser().format_help()
-    for word in ("cory-grpo", "mappo", "imdb: dataset='imdb'", "tokenizer='gpt2'",
+    for word in ("cory-grpo", "cory-mappo", "imdb: dataset='imdb'", "tokenizer='gpt2'",
                  "sentiment: n_queries=4096", "--import", "--wandb"):
         assert word in text, word
     from agents.distributed.__main__ import build_parser as dist_parser

@@ -155,7 +155,7 @@ def course_run(model, method, iterations=6, seed=0):
     the answer, 0-2: dense enough for a tiny LM to learn in seconds; the course's exact-colour
     reward plateaus near 0.1 for every learner, PPO included, at this size)."""
     ppo = PPOConfig(mini_batch_size=16, lr=1e-2,
-                    kl=KLConfig(beta=0.02, penalty="kl"))
+                    kl=KLConfig(coef=0.02, penalty="kl"))
     cfg = TrainConfig(task="colours", method=method, model=model, batch_size=32, seed=seed,
                       iterations=iterations, t_rex=3, ppo=ppo)
     return [m["llm_0"]["task_reward"] for m in Trainer(cfg).run()]
@@ -172,7 +172,7 @@ def test_group_learners_are_deterministic_under_a_seed(course_model):
     assert course_run(course_model, "cory-grpo", 3) == course_run(course_model, "cory-grpo", 3)
 
 
-@pytest.mark.parametrize("method", ["cory", "mappo"])
+@pytest.mark.parametrize("method", ["cory", "cory-mappo"])
 def test_per_agent_norm_chooses_whose_statistics_whiten_the_advantages(toy_lm, method):
     def advantages(per_agent_norm):
         ppo = PPOConfig(mini_batch_size=4, lr=1e-3)

@@ -19,7 +19,7 @@ cory_env.register_task("toy", ToyTask)
 
 
 def config(toy_lm, method, **kw):
-    ppo = PPOConfig(mini_batch_size=8, lr=3e-3, kl=KLConfig(beta=0.05),
+    ppo = PPOConfig(mini_batch_size=8, lr=3e-3, kl=KLConfig(coef=0.05),
                     max_tokens_per_pass=kw.pop("max_tokens_per_pass", None),
                     old_logprobs=kw.pop("old_logprobs", "auto"))
     return TrainConfig(task="toy", method=method, model=toy_lm, batch_size=16, ppo=ppo,
@@ -58,14 +58,14 @@ def test_role_exchange_keeps_optimizer_state_and_flips_first_agent(toy_lm):
                    zip(moments[a], [st["exp_avg"] for st in s.optimizer.state.values()]))
 
 
-@pytest.mark.parametrize("method", ["ppo", "cory", "mappo", "reinforce"])
+@pytest.mark.parametrize("method", ["ppo", "cory", "cory-mappo", "cory-reinforce"])
 def test_learners_raise_the_task_reward(toy_lm, method):
     trainer = Trainer(config(toy_lm, method, iterations=10, seed=1))
     curve = [m["llm_0"]["task_reward"] for m in trainer.run()]
     assert sum(curve[-3:]) / 3 > sum(curve[:3]) / 3 + 0.5, curve
 
 
-@pytest.mark.parametrize("method", ["cory", "mappo"])  # mappo: its critic's passes too
+@pytest.mark.parametrize("method", ["cory", "cory-mappo"])  # mappo: its critic's passes too
 def test_a_token_cap_splits_passes_and_still_learns(toy_lm, method):
     """ppo.max_tokens_per_pass: the same first rollout (prompt pass in chunks), then learning."""
     trainer = Trainer(config(toy_lm, method, iterations=10, seed=1, max_tokens_per_pass=40))
@@ -120,7 +120,7 @@ def test_method_presets_set_the_env_structure(toy_lm):
     trainer = Trainer(config(toy_lm, "cory-no-re"))
     assert all(trainer.learner.reset_options(i)["rotation"] == 0 for i in range(20))
     assert Trainer(config(toy_lm, "ppo")).env.config.n_agents == 1
-    methods = {"ppo", "ippo", "cory", "mappo", "cory-no-kt", "cory-no-re", "cory-individual"}
+    methods = {"ppo", "ippo", "cory", "cory-mappo", "cory-no-kt", "cory-no-re", "cory-individual"}
     assert methods | {"reinforce"} <= set(registered_methods())
 
 
@@ -150,7 +150,7 @@ def test_joint_gae_skips_gaps_like_a_compact_sequence():
     assert torch.equal(uncompact(x, order), torch.arange(5.0).expand(2, 5))
 
 
-@pytest.mark.parametrize("method", ["cory", "mappo"])
+@pytest.mark.parametrize("method", ["cory", "cory-mappo"])
 def test_resume_from_checkpoint_equals_uninterrupted_run(toy_lm, tmp_path, method):
     full = [numbers(m) for m in Trainer(config(toy_lm, method, iterations=4, t_rex=1)).run()]
     first = Trainer(config(toy_lm, method, iterations=4, t_rex=1))

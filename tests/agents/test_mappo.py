@@ -19,8 +19,8 @@ cory_env.register_task("toy", ToyTask)
 PAD, EOS = 0, 9
 
 
-def config(toy_lm, method="mappo", **ppo):
-    kw = dict(batch_size=8, mini_batch_size=4, lr=3e-3, kl=KLConfig(beta=0.05), ppo_epochs=2)
+def config(toy_lm, method="cory-mappo", **ppo):
+    kw = dict(batch_size=8, mini_batch_size=4, lr=3e-3, kl=KLConfig(coef=0.05), ppo_epochs=2)
     kw.update(ppo)
     batch = kw.pop("batch_size")
     return TrainConfig(task="toy", method=method, model=toy_lm, batch_size=batch,
@@ -79,7 +79,7 @@ def test_the_observers_first_value_is_read_at_the_pioneers_last_real_token():
 def test_mappo_sees_the_same_shaped_rewards_as_every_learner(toy_lm, monkeypatch):
     """score_clip=1 with env rewards of 50: the critic's returns are clipped scores, not 50."""
     cfg = config(toy_lm, score_clip=1.0, gamma=1.0, lam=1.0,
-                 kl=KLConfig(beta=0.05, penalty="full"))
+                 kl=KLConfig(coef=0.05, penalty="full"))
     trainer = Trainer(cfg)
     learner, seen = trainer.learner, {}
     update, update_critic = learner.update, learner.update_critic
@@ -168,7 +168,7 @@ def test_individual_mode_is_accepted_and_trains(toy_lm):
     class MAPPOIndividual(MAPPO):
         reward_mode = "individual"
 
-    trainer = Trainer(config(toy_lm, "mappo-individual-test"))
+    trainer = Trainer(config(toy_lm, "mappo-individual-test/cory-individual"))
     m = trainer.step()
     assert trainer.env.config.reward_mode == "individual"
     assert m["llm_0"]["optimizer_steps"] > 0 and math.isfinite(m["llm_0"]["critic_value_loss"])

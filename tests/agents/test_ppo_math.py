@@ -115,7 +115,7 @@ def test_token_rewards_score_on_last_valid_token_and_empty_row():
     mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0], [1.0, 1.0, 0.0]])
     kl = torch.tensor([[0.1, 0.2, 0.3], [1.0, NAN, 5.0], [7.0, 7.0, 7.0], [0.5, -0.5, 9.0]])
     scores = torch.tensor([10.0, 20.0, 30.0, 40.0])
-    r = token_rewards(scores, kl, mask, beta=0.5)
+    r = token_rewards(scores, kl, mask, kl_coef=0.5)
     close(r, [[-0.05, -0.1, 10.0 - 0.15], [20.0 - 0.5, 0.0, 0.0], [0.0, 0.0, 0.0],
               [-0.25, 40.0 + 0.25, 0.0]])
 
@@ -223,12 +223,12 @@ def test_value_loss_clipped_and_unclipped_regimes():
 def test_adaptive_kl_controller_formula_and_state():
     ctl = AdaptiveKLController(0.3, target=6.0, horizon=10000)
     ctl.update(9.0, n_steps=256)  # error = clip(0.5) = 0.2
-    assert ctl.beta == pytest.approx(0.3 * (1 + 0.2 * 256 / 10000))
+    assert ctl.coef == pytest.approx(0.3 * (1 + 0.2 * 256 / 10000))
     ctl.update(5.4, n_steps=256)  # error = -0.1
-    assert ctl.beta == pytest.approx(0.3 * 1.00512 * (1 - 0.1 * 256 / 10000))
+    assert ctl.coef == pytest.approx(0.3 * 1.00512 * (1 - 0.1 * 256 / 10000))
     ctl.update(0.0, n_steps=100)  # error clipped to -0.2
     expected = 0.3 * 1.00512 * 0.99744 * (1 - 0.2 * 100 / 10000)
-    assert ctl.beta == pytest.approx(expected)
+    assert ctl.coef == pytest.approx(expected)
     other = AdaptiveKLController(1.0, 1.0, 1.0)
     other.load_state_dict(ctl.state_dict())
     assert other.state_dict() == ctl.state_dict()
@@ -236,8 +236,8 @@ def test_adaptive_kl_controller_formula_and_state():
     assert fixed.update(100.0, 32) == 0.01
     fixed2 = FixedKLController(5.0)
     fixed2.load_state_dict(fixed.state_dict())
-    assert fixed2.beta == 0.01
-    with pytest.raises(KeyError, match="beta"):  # an earlier version's "value" is not read
+    assert fixed2.coef == 0.01
+    with pytest.raises(KeyError, match="kl_coef"):  # an earlier version's "value" is not read
         fixed2.load_state_dict({"value": 0.5})
     assert isinstance(make_kl_controller(IMDB_PRESET, 256), AdaptiveKLController)
     assert isinstance(make_kl_controller(gsm8k_preset("cory"), 32), FixedKLController)
@@ -295,7 +295,7 @@ def test_config_validate_names_the_field(field, value):
 
 
 @pytest.mark.parametrize("field,value", [
-    ("beta", -1.0), ("beta", NAN), ("target", 0.0), ("horizon", -1.0), ("penalty", "kl2"),
+    ("coef", -1.0), ("coef", NAN), ("target", 0.0), ("horizon", -1.0), ("penalty", "kl2"),
     ("where", "both"), ("loss_estimator", "k4"), ("adaptive", 1),
 ])
 def test_kl_config_validate_names_the_field(field, value):
@@ -319,13 +319,13 @@ def test_config_batch_divisibility_and_presets():
     imdb = IMDB_PRESET
     assert (imdb.lr, IMDB_BATCH, imdb.mini_batch_size) == (1.41e-5, 256, 256)
     assert (imdb.ppo_epochs, imdb.grad_accum_steps, imdb.kl.penalty) == (4, 1, "full")
-    assert (imdb.kl.beta, imdb.vf_coef, imdb.gamma, imdb.lam) == (0.3, 0.1, 1.0, 0.95)
+    assert (imdb.kl.coef, imdb.vf_coef, imdb.gamma, imdb.lam) == (0.3, 0.1, 1.0, 0.95)
     assert imdb.kl.adaptive and imdb.kl.target == 6.0 and imdb.kl.horizon == 10000
     cory, ppo = gsm8k_preset("cory"), gsm8k_preset("PPO")
     assert (cory.lr, ppo.lr) == (1e-4, 1e-5)
     for cfg in (cory, ppo):
         assert (GSM8K_BATCH, cfg.mini_batch_size, cfg.grad_accum_steps) == (32, 2, 16)
-        assert cfg.kl.beta == 0.01 and not cfg.kl.adaptive
+        assert cfg.kl.coef == 0.01 and not cfg.kl.adaptive
     with pytest.raises(ValueError, match="grpo"):
         gsm8k_preset("grpo")
 
@@ -367,7 +367,7 @@ def make_setup(seed=0):
     batch = PPOBatch(
         input_ids=input_ids, attention_mask=torch.ones(B, P + T), response_mask=mask,
         old_logprobs=out["logprobs"], old_values=out["values"], ref_logprobs=out["logprobs"],
-        rewards=token_rewards(scores, torch.zeros(B, T), mask, beta=0.1),
+        rewards=token_rewards(scores, torch.zeros(B, T), mask, kl_coef=0.1),
     )
     return policy, batch
 
@@ -505,9 +505,9 @@ def test_ppo_update_kl_in_loss_and_early_stop():
     batch.ref_logprobs = batch.ref_logprobs - 0.3
     cfg = dataclasses.replace(CFG, kl=KLConfig(where="loss", loss_estimator="k3"))
     opt = torch.optim.Adam(policy.parameters(), lr=CFG.lr)
-    with pytest.raises(ValueError, match="needs beta"):
+    with pytest.raises(ValueError, match="needs kl_coef"):
         ppo_update(policy, opt, batch, cfg)
-    stats = ppo_update(policy, opt, batch, cfg, beta=0.5, evaluate_kwargs={"as_object": True})
+    stats = ppo_update(policy, opt, batch, cfg, kl_coef=0.5, evaluate_kwargs={"as_object": True})
     assert stats["kl_loss"] > 0 and stats["skipped_batches"] == 0
     policy, batch = make_setup()
     cfg = dataclasses.replace(CFG, early_stop_kl=1e-12)

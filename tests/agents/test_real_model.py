@@ -84,7 +84,7 @@ def test_the_benchmark_runs_a_gguf_model_on_reviews_and_library_tasks(tiny_gguf,
 @pytest.mark.slow
 @pytest.mark.parametrize("which", ["tiny_gguf", "tiny_gemma"])
 def test_measure_takes_any_model_task_and_training_setting(which, request, tmp_path, capsys):
-    from agents.refmodels.__main__ import main
+    from benchmarks.mechanism import main
 
     tiny_gguf = request.getfixturevalue(which)
     out = tmp_path / "transfer.json"

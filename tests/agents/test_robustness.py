@@ -20,7 +20,7 @@ cory_env.register_task("toy", ToyTask)
 
 
 def config(model, method="cory", **kw):
-    ppo = PPOConfig(mini_batch_size=4, ppo_epochs=2, lr=3e-3, kl=KLConfig(beta=0.05),
+    ppo = PPOConfig(mini_batch_size=4, ppo_epochs=2, lr=3e-3, kl=KLConfig(coef=0.05),
                     **kw.pop("ppo", {}))
     return TrainConfig(task=kw.pop("task", "toy"), method=method, model=model, batch_size=8,
                        ppo=ppo, iterations=kw.pop("iterations", 3), **kw)
@@ -55,7 +55,7 @@ def huge_task_reward(trainer):
 
 @pytest.mark.parametrize("method,kind", [("cory", "nan_reward"), ("cory", "inf_reward"),
                                          ("cory", "nan_logprobs"), ("cory", "huge_task_reward"),
-                                         ("ppo", "nan_reward"), ("mappo", "nan_reward")])
+                                         ("ppo", "nan_reward"), ("cory-mappo", "nan_reward")])
 def test_a_non_finite_iteration_is_skipped_logged_and_the_run_continues(toy_lm, method, kind):
     trainer = Trainer(config(toy_lm, method))
     bad_iteration = 1
@@ -92,7 +92,7 @@ def test_a_non_finite_iteration_is_skipped_logged_and_the_run_continues(toy_lm, 
     assert all(torch.isfinite(w).all() for w in weights(trainer))
     assert not all(torch.equal(x, y) for x, y in zip(after_bad, weights(trainer)))
     assert trainer.iteration == 3
-    beta = [m["llm_0"]["beta"] for m in history]
+    beta = [m["llm_0"]["kl_coef"] for m in history]
     assert all(math.isfinite(b) for b in beta)
 
 

@@ -1,4 +1,4 @@
-"""A run is a learner on a structure; the KL coefficient is one setting, beta."""
+"""A run is a learner on a structure; the KL coefficient is one setting, kl_coef."""
 
 import argparse
 import dataclasses
@@ -30,7 +30,7 @@ cory_env.register_task("toy", ToyTask)
 
 
 def config(toy_lm, method, **kw):
-    ppo = PPOConfig(mini_batch_size=8, lr=3e-3, kl=kw.pop("kl", KLConfig(beta=0.05)))
+    ppo = PPOConfig(mini_batch_size=8, lr=3e-3, kl=kw.pop("kl", KLConfig(coef=0.05)))
     return TrainConfig(task="toy", method=method, model=toy_lm, batch_size=8, ppo=ppo,
                        iterations=kw.pop("iterations", 2), **kw)
 
@@ -46,7 +46,16 @@ def test_every_method_name_resolves_to_a_learner_on_a_structure():
     assert pairs["cory"] == ("ppo", "cory") and pairs["cory-no-kt"] == ("ppo", "cory-no-kt")
     assert pairs["cory-grpo"] == ("grpo", "cory") and pairs["grpo"] == ("grpo", "single")
     assert pairs["cory-official"] == ("ppo-official", "cory")
-    assert pairs["ppo-2x"] == ("ppo-2x", "single") and pairs["mappo"] == ("mappo", "cory")
+    assert pairs["ppo-2x"] == ("ppo-2x", "single") and pairs["cory-mappo"] == ("mappo", "cory")
+    # a bare learner name is that learner alone, for every learner that can train one agent
+    for learner in registered_learners():
+        if learner in pairs:
+            assert pairs[learner] == (learner, "single"), learner
+    assert pairs["reinforce"] == ("reinforce", "single")
+    assert pairs["cory-reinforce"] == ("reinforce", "cory")
+    with pytest.raises(ValueError, match=r"'mappo' is a learner that needs 2\+ agents.*"
+                                         r"cory-mappo"):
+        resolve_method("mappo")
     assert {"single", "independent", "cory", "cory-no-kt", "cory-no-re"} <= \
         set(registered_structures())
     assert {"ppo", "grpo", "dr-grpo", "rloo", "reinforce-pp", "reinforce", "mappo"} <= \
@@ -92,9 +101,9 @@ def test_the_structure_sets_the_env_and_the_schedule(toy_lm):
 def test_a_plugin_learner_runs_on_any_structure(toy_lm):
     @register_learner("test-structure-ppo")
     class Mine(PPO):
-        """A user's learner (its own name: two independent agents, the class default)."""
+        """A user's learner (its own name: the learner alone, as every bare name)."""
 
-    assert resolve_method("test-structure-ppo").structure == INDEPENDENT
+    assert resolve_method("test-structure-ppo").structure.name == "single"
     trainer = Trainer(config(toy_lm, "test-structure-ppo/cory", iterations=1))
     assert isinstance(trainer.learner, Mine) and trainer.learner.structure == CORY
     assert trainer.env.config.reward_mode == "collective"
@@ -104,20 +113,20 @@ def test_beta_is_one_setting_from_the_command_line_to_the_loss(toy_lm):
     parser = argparse.ArgumentParser(argument_default=argparse.SUPPRESS)
     paths = add_train_options(parser)
     args = parser.parse_args(["--task", "toy", "--model", str(toy_lm), "--method", "cory",
-                              "--beta", "0.07", "--no-adaptive-kl", "--kl-where", "loss",
+                              "--kl-coef", "0.07", "--no-adaptive-kl", "--kl-where", "loss",
                               "--batch-size", "8"])
     cfg = train_config_from(args, paths)
-    assert cfg.ppo.kl == KLConfig(beta=0.07, adaptive=False, penalty="full", where="loss",
+    assert cfg.ppo.kl == KLConfig(coef=0.07, adaptive=False, penalty="full", where="loss",
                                   scale_horizon=True)
     trainer = Trainer(dataclasses.replace(cfg, iterations=1))
     seen = []
     for agent in trainer.learner.agents.values():
-        assert agent.beta == 0.07 and agent.cfg.kl.where == "loss"
+        assert agent.kl_coef == 0.07 and agent.cfg.kl.where == "loss"
     import agents.learners.ppo as ppo
 
     loss = ppo._minibatch_loss
-    ppo._minibatch_loss = lambda policy, mb, cfg, beta, kw: seen.append(beta) or \
-        loss(policy, mb, cfg, beta, kw)
+    ppo._minibatch_loss = lambda policy, mb, cfg, kl_coef, kw: seen.append(kl_coef) or \
+        loss(policy, mb, cfg, kl_coef, kw)
     try:
         trainer.step()
     finally:
@@ -146,11 +155,11 @@ def test_run_folders_and_checkpoints_of_an_earlier_format_are_refused_by_name(tm
 
     (tmp_path / "run_config.json").write_text(json.dumps(
         {"format": 2, "train": {"ppo": {"init_kl_coef": 0.2, "kl_in": "reward"}}}))
-    with pytest.raises(ValueError, match="run-folder format 2, this version reads format 4"):
+    with pytest.raises(ValueError, match="run-folder format 2, this version reads format 5"):
         RunData.load(tmp_path)
-    # format 3 recorded the training combined reward at the current beta: refused too
+    # format 3 recorded the training combined reward at the current KL coefficient: refused
     (tmp_path / "run_config.json").write_text(json.dumps({"format": 3, "train": {}}))
-    with pytest.raises(ValueError, match="run-folder format 3, this version reads format 4"):
+    with pytest.raises(ValueError, match="run-folder format 3, this version reads format 5"):
         RunData.load(tmp_path)
     with pytest.raises(ValueError, match=f"checkpoint format 1, this version reads format "
                                          f"{FORMAT} only"):
@@ -162,9 +171,10 @@ def test_the_learner_settings_are_declared_once():
     from agents.learners.base import LearnerConfig
 
     assert issubclass(TrainConfig, LearnerConfig)
-    cfg = TrainConfig(t_rex=3, eta=0.1, group_size=2)
+    cfg = TrainConfig(t_rex=3, report_kl_coef=0.1, group_size=2)
     part = cfg.learner_part()
-    assert type(part) is LearnerConfig and (part.t_rex, part.eta, part.group_size) == (3, 0.1, 2)
+    assert type(part) is LearnerConfig
+    assert (part.t_rex, part.report_kl_coef, part.group_size) == (3, 0.1, 2)
     assert part.ppo is cfg.ppo and part.sampling is cfg.sampling
 
 

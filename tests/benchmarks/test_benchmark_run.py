@@ -114,14 +114,15 @@ def test_alone_evaluation_is_paired_and_leaves_training_untouched(tiny_lm, tmp_p
     assert len(first) == 3 and len({(e["task_reward"], e["kl"]) for e in first}) == 1
     assert all(abs(e["kl"]) < 1e-5 and e["n_queries"] == 6 for e in first)
     for e in alone:
-        assert e["combined_reward"] == pytest.approx(e["task_reward"] - e["eta"] * e["kl"])
-        assert e["eta"] == 0.3  # the initial KL coefficient, fixed
+        expected = e["task_reward"] - e["report_kl_coef"] * e["kl"]
+        assert e["combined_reward"] == pytest.approx(expected)
+        assert e["report_kl_coef"] == 0.3  # the initial KL coefficient, fixed
     # one definition of the combined reward: training records use the same fixed eta while
-    # beta adapts (the current beta is the record's "beta")
+    # beta adapts (the current beta is the record's "kl_coef")
     trained = rec.read_jsonl(every / "metrics.jsonl")
-    assert any(r["beta"] != 0.3 for r in trained)
+    assert any(r["kl_coef"] != 0.3 for r in trained)
     for r in trained:
-        assert r["eta"] == 0.3
+        assert r["report_kl_coef"] == 0.3
         assert r["combined_reward"] == pytest.approx(r["task_reward"] - 0.3 * r["kl"], abs=1e-5)
     later = {(e["model"], e["method"]): e["role"] for e in alone if e["iteration"] == 1}
     assert later == {("llm_0", "ppo"): "pioneer", ("llm_0", "cory"): "pioneer",
@@ -255,7 +256,7 @@ def test_a_resume_adds_seeds_and_methods_equal_to_a_run_started_with_them(tiny_l
     (["--max-tokens-per-pass", "-5"], "max_tokens_per_pass must be None or a positive int"),
     (["--old-logprobs", "decode"], "PPOConfig.old_logprobs must be one of ('auto', 'sampler', "
                                    "'recompute'), got 'decode'"),
-    (["--eta-sweep", "1e-3,-1"], "eta_sweep values must be positive"),
+    (["--kl-coef-sweep", "1e-3,-1"], "kl_coef_sweep values must be positive"),
     (["--eval-samples", "2", "--pass-k", "4"], "pass_k 4 exceeds eval_samples 2"),
     (["--task-options", "reward_model=x", "--tasks", "arithmetic"], "task option 'reward_model'"),
     (["--resume"], "--resume needs --out"),
@@ -293,14 +294,14 @@ def test_presets_resolve_to_the_papers_settings():
     tc_ppo, tc_cory = (benchmarks.train_config(gsm, benchmarks.RunSpec("gsm8k", m, 0))
                        for m in ("ppo", "cory"))
     assert (tc_ppo.ppo.lr, tc_cory.ppo.lr) == (1e-5, 1e-4) and spec.key == "gsm8k-ppo-seed0"
-    assert tc_cory.load_in_4bit and tc_cory.lora is not None and tc_cory.eta == 0.01
+    assert tc_cory.load_in_4bit and tc_cory.lora is not None and tc_cory.report_kl_coef == 0.01
     assert (tc_cory.ppo.mini_batch_size, tc_cory.ppo.grad_accum_steps) == (2, 16)
     assert resolve_config("gsm8k", lr=3e-5, **cpu).lr_by_method == {}  # --lr: one shared lr
     quick = resolve_config("quick")
     assert quick.quick and len(quick.seeds) == 1 and quick.train.iterations <= 5
-    sweep = resolve_config("offline", eta_sweep=[1e-3])
+    sweep = resolve_config("offline", kl_coef_sweep=[1e-3])
     tc = benchmarks.train_config(sweep, benchmarks.run_specs(sweep)[0])
-    assert tc.ppo.kl.beta == 1e-3 and not tc.ppo.kl.adaptive and tc.eta == 1e-3
+    assert tc.ppo.kl.coef == 1e-3 and not tc.ppo.kl.adaptive and tc.report_kl_coef == 1e-3
     capped = resolve_config("offline", max_tokens_per_pass=512, old_logprobs="sampler")
     tc = benchmarks.train_config(capped, benchmarks.run_specs(capped)[0])
     assert tc.ppo.max_tokens_per_pass == 512 and tc.ppo.mini_batch_size == 32
@@ -340,14 +341,21 @@ def test_gsm8k_preset_runs_in_4bit_on_cuda(tmp_path):
     assert saved["load_in_4bit"] and saved["lora"] and saved["device"] == "cuda"
 
 
-def test_eta_sweep_flag_defaults_to_the_papers_values():
-    args = build_parser().parse_args(["--eta-sweep"])
-    assert args.eta_sweep == [1e-5, 1e-4, 1e-3, 1e-2]
-    assert build_parser().parse_args(["--eta-sweep", "0.1,0.2"]).eta_sweep == [0.1, 0.2]
-    cfg = resolve_config("offline", tasks=["sentiment", "arithmetic"], eta_sweep=args.eta_sweep)
-    etas = {(s.task, s.eta) for s in benchmarks.run_specs(cfg)}
-    assert {e for t, e in etas if t == "arithmetic"} == {1e-5, 1e-4, 1e-3, 1e-2}
-    assert {e for t, e in etas if t == "sentiment"} == {0.03, 0.1, 0.3, 1.0}  # reward's scale
+def test_kl_coef_sweep_without_values_is_one_grid_resolved_and_recorded():
+    args = build_parser().parse_args(["--kl-coef-sweep"])
+    assert args.kl_coef_sweep == "paper"  # resolved once the tasks are known
+    assert build_parser().parse_args(["--kl-coef-sweep", "0.1,0.2"]).kl_coef_sweep == [0.1, 0.2]
+    exact = resolve_config("offline", tasks=["arithmetic"], kl_coef_sweep="paper")
+    assert exact.kl_coef_sweep == [1e-5, 1e-4, 1e-3, 1e-2]  # the grid itself is the setting
+    assert {s.kl_coef for s in benchmarks.run_specs(exact)} == {1e-5, 1e-4, 1e-3, 1e-2}
+    sentiment = resolve_config("offline", tasks=["sentiment"], kl_coef_sweep="paper")
+    assert sentiment.kl_coef_sweep == [0.03, 0.1, 0.3, 1.0]  # the sentiment reward's scale
+    with pytest.raises(ValueError, match=r"one grid for every task.*\['arithmetic'\].*"
+                                         r"\['sentiment'\]"):
+        resolve_config("offline", tasks=["sentiment", "arithmetic"], kl_coef_sweep="paper")
+    given = resolve_config("offline", tasks=["sentiment", "arithmetic"], kl_coef_sweep=[0.1])
+    assert {(s.task, s.kl_coef) for s in benchmarks.run_specs(given)} == {
+        ("sentiment", 0.1), ("arithmetic", 0.1)}  # a given grid runs as given on every task
 
 
 def test_study_preset_runs_the_arms_long_enough_to_decide():
@@ -381,7 +389,7 @@ def test_study_preset_runs_the_arms_long_enough_to_decide():
 # ------------------------------------------------------------------------------- helpers
 def rows_for(method, rewards, kls, seed, role=None, agent="llm_0", task="t"):
     """Synthetic metric records of one seed's curve."""
-    return [{"task": task, "method": method, "seed": seed, "sweep_eta": None, "agent": agent,
+    return [{"task": task, "method": method, "seed": seed, "swept_kl_coef": None, "agent": agent,
              "role": role or "pioneer", "iteration": i, "task_reward": r, "kl": k}
             for i, (r, k) in enumerate(zip(rewards, kls))]
 
@@ -422,18 +430,18 @@ def test_run_py_works_as_a_script():
                           text=True, timeout=120, cwd="/")
     assert done.returncode == 0, done.stderr
     for option in ("--tasks", "--methods", "--seeds", "--iterations", "--batch-size",
-                   "--eta-sweep", "--device", "--out", "--resume", "--quick", "--preset"):
+                   "--kl-coef-sweep", "--device", "--out", "--resume", "--quick", "--preset"):
         assert option in done.stdout
 
 
 def test_n_agents_runs_chains_and_reports_every_position(tiny_lm, tmp_path):
     out = tmp_path / "chain"
     report = main(["--quick", "--model", tiny_lm, "--out", str(out), *TINY, "--tasks",
-                   "sentiment", "--methods", "ppo,cory,mappo", "--n-agents", "3",
+                   "sentiment", "--methods", "ppo,cory,cory-mappo", "--n-agents", "3",
                    "--t-rex", "1"])
     rows = rec.read_jsonl(out / "metrics.jsonl")
     assert {r["agent"] for r in rows if r["method"] == "ppo"} == {"llm_0"}  # K is for chains
-    for method in ("cory", "mappo"):
+    for method in ("cory", "cory-mappo"):
         mine = [r for r in rows if r["method"] == method]
         assert {r["agent"] for r in mine} == {"llm_0", "llm_1", "llm_2"}
         for r in mine:  # the rotation puts llm_{(k + r) % 3} at position k
@@ -442,7 +450,7 @@ def test_n_agents_runs_chains_and_reports_every_position(tiny_lm, tmp_path):
             assert ("copy_rate" in r) == (r["position"] > 0)
     text = (out / "report.md").read_text()
     assert "| cory | observer_2 − observer_1 |" in text
-    assert "| mappo | observer_1 − pioneer |" in text
+    assert "| cory-mappo | observer_1 − pioneer |" in text
     assert (out / "plots" / "positions_sentiment.png").exists()
     assert {r["model"] for r in rec.read_jsonl(out / "alone.jsonl") if r["method"] == "cory"} \
         == {"llm_0", "llm_1", "llm_2"}
@@ -473,8 +481,8 @@ def test_runs_are_ordered_so_a_study_stopped_early_decides_the_most_claims():
 def test_resume_fills_in_a_mechanism_measured_after_the_run_started(tiny_lm, tmp_path):
     import shutil
 
-    from agents.refmodels.transfer import training_budget
     from benchmarks.config import RunSpec, train_config
+    from benchmarks.transfer import training_budget
 
     model = tmp_path / "lm"
     shutil.copytree(tiny_lm.format(task="sentiment"), model)

@@ -9,6 +9,7 @@ import pytest
 from helpers import mechanism_measurement
 
 from benchmarks import claims as cl
+from benchmarks import intervals as iv_mod
 from benchmarks import records as rec
 from benchmarks import report as rp
 from benchmarks import stats as st
@@ -17,12 +18,12 @@ from benchmarks.evidence import gather
 ITERS = list(range(0, 44, 4))  # 11 evaluation points
 
 
-def alone_rows(method, seed, rewards, kls, task="sentiment", models=("llm_0",), eta=0.3,
-               sweep_eta=None):
+def alone_rows(method, seed, rewards, kls, task="sentiment", models=("llm_0",), report_kl_coef=0.3,
+               swept_kl_coef=None):
     """Alone-evaluation records of one seed (every model of the method gets the same curve)."""
-    return [{"task": task, "method": method, "seed": seed, "sweep_eta": sweep_eta,
+    return [{"task": task, "method": method, "seed": seed, "swept_kl_coef": swept_kl_coef,
              "iteration": it, "model": m, "task_reward": float(r), "kl": float(k),
-             "combined_reward": float(r - eta * k), "eta": eta}
+             "combined_reward": float(r - report_kl_coef * k), "report_kl_coef": report_kl_coef}
             for it, r, k in zip(ITERS, rewards, kls) for m in models]
 
 
@@ -34,7 +35,7 @@ def runs(curves: dict, seeds=(0, 1, 2), task="sentiment") -> rec.RunData:
         for s in seeds:
             rewards, kls = make(s)
             rows += alone_rows(method, s, rewards, kls, task=task, models=models)
-    metric_rows = [{"task": task, "method": m, "seed": s, "sweep_eta": None, "iteration": 0,
+    metric_rows = [{"task": task, "method": m, "seed": s, "swept_kl_coef": None, "iteration": 0,
                     "agent": "llm_0", "role": "pioneer", "task_reward": 0.0, "kl": 0.0}
                    for m in curves for s in seeds]
     return rec.RunData(metric_rows, rows, window=1)
@@ -202,23 +203,23 @@ def test_eta_sweep_records_make_a_pareto_plot_per_task(tmp_path):
     rows = []
     for eta, (reward, kl) in {1e-3: (0.9, 8.0), 1e-2: (0.6, 2.0)}.items():
         for seed in (0, 1):
-            rows += alone_rows("ppo", seed, [0.1, reward], [0.0, kl], sweep_eta=eta)
-    metric = [{"task": "sentiment", "method": "ppo", "seed": s, "sweep_eta": e, "iteration": 0,
+            rows += alone_rows("ppo", seed, [0.1, reward], [0.0, kl], swept_kl_coef=eta)
+    metric = [{"task": "sentiment", "method": "ppo", "seed": s, "swept_kl_coef": e, "iteration": 0,
                "agent": "llm_0", "role": "pioneer", "task_reward": 0.0, "kl": 0.0}
               for e in (1e-3, 1e-2) for s in (0, 1)]
     data = rec.RunData(metric, rows, window=1)
     plots = rp.write_plots(data, tmp_path)
     assert plots["sentiment|pareto"] == ["plots/pareto_sentiment.png"]
     assert (tmp_path / "pareto_sentiment.png").read_bytes()[:4] == b"\x89PNG"
-    assert "η=0.01" in " ".join(c.name for c in cl.all_claims(data))
+    assert "kl_coef=0.01" in " ".join(c.name for c in cl.all_claims(data))
 
 
 # ------------------------------------------------------------------------------- statistics
 def test_intervals_frontiers_and_trends_match_hand_values():
-    iv = st.mean_interval([1.0, 2.0, 3.0])  # mean 2, se 1/sqrt(3), t(2) = 4.303
+    iv = iv_mod.mean_interval([1.0, 2.0, 3.0])  # mean 2, se 1/sqrt(3), t(2) = 4.303
     assert iv.mean == 2 and iv.high - 2 == pytest.approx(4.3027 / math.sqrt(3), rel=1e-4)
     assert iv.detectable == pytest.approx((4.3027 + 1.0607) / math.sqrt(3), rel=1e-4)
-    assert not st.mean_interval([5.0]).above(0)  # one seed decides nothing
+    assert not iv_mod.mean_interval([5.0]).above(0)  # one seed decides nothing
     assert st.smooth([0, 3, 6, 3]).tolist() == [1.5, 3, 4, 4.5]
     kl, r = [0, 1, 2, 4], [0, 1, 0.5, 3]
     assert st.reward_at_kl(kl, r, 1.5) == 1.0  # running max: the dip at KL 2 does not count
@@ -282,8 +283,8 @@ def test_a_negligible_cory_change_is_not_read_as_a_decline():
 
 
 def test_holm_adjusts_within_the_task_and_can_turn_a_raw_verdict_inconclusive():
-    assert st.mean_interval([1.0]).p_above(0) == 1.0
-    from agents.training.intervals import holm
+    assert iv_mod.mean_interval([1.0]).p_above(0) == 1.0
+    from benchmarks.intervals import holm
 
     assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
     # CORY's KL 2.4x PPO's with wide seed noise: raw p < 0.05, but not after Holm over 5 claims
@@ -331,7 +332,7 @@ def test_a_two_point_run_calls_every_claim_inconclusive_with_a_reason():
     rows = []
     for m in ("ppo", "cory", "cory-no-kt", "cory-no-re"):
         rows += alone_rows(m, 0, [0.1, 0.5], [0.0, 1.0], task="arithmetic")
-    data = rec.RunData([{"task": "arithmetic", "method": m, "seed": 0, "sweep_eta": None,
+    data = rec.RunData([{"task": "arithmetic", "method": m, "seed": 0, "swept_kl_coef": None,
                          "iteration": 0, "agent": "llm_0", "role": "pioneer"}
                         for m in ("ppo", "cory", "cory-no-kt", "cory-no-re")], rows, window=1)
     claims = cl.all_claims(data)
@@ -492,7 +493,7 @@ def test_claim_1s_margin_comes_from_the_methods_it_compares():
 
 
 def test_an_absent_mechanism_and_a_verdict_on_the_model_say_the_same():
-    from agents.refmodels.transfer import MEANING
+    from benchmarks.transfer import MEANING
 
     data = runs({"ppo": ppo_fast, "cory": cory_slow_efficient})
     data.mechanism = {"sentiment": absent_mechanism()}

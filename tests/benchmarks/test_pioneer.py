@@ -28,7 +28,7 @@ def data(methods=("ppo", "cory"), seeds=(0, 1, 2)) -> rec.RunData:
             for agent in agents:
                 for it in range(20):
                     first = first_at(agent, it, method)
-                    rows.append({"task": "t", "method": method, "seed": seed, "sweep_eta": None,
+                    rows.append({"task": "t", "method": method, "seed": seed, "swept_kl_coef": None,
                                  "iteration": it, "agent": agent,
                                  "role": "pioneer" if first else "observer",
                                  "position": 0 if first else 1})
@@ -36,7 +36,8 @@ def data(methods=("ppo", "cory"), seeds=(0, 1, 2)) -> rec.RunData:
                     n = point if method == "cory-shared" else \
                         sum(first_at(agent, i, method) for i in range(point))
                     r = 0.1 * n + 0.01 * seed
-                    evals.append({"task": "t", "method": method, "seed": seed, "sweep_eta": None,
+                    evals.append({"task": "t", "method": method, "seed": seed,
+                                  "swept_kl_coef": None,
                                   "iteration": point, "model": agent, "task_reward": r,
                                   "kl": 0.0, "combined_reward": r})
     return rec.RunData(rows, evals, window=1)

@@ -78,7 +78,7 @@ def test_each_episode_handles_its_own_eos():
     assert turn.resp_len[0].tolist() == [1, 2, 2]
     obs, *_ = benv.step(torch.tensor([good, good, EOS]))  # all done -> observer's turn
     assert benv.role == "observer" and obs["step"] == 0 and obs["active"].all()
-    pio = benv.turn(benv.agents[0])
+    pio = benv.turn_batch(benv.agents[0])
     assert pio["response_mask"].tolist() == [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0]]
 
 
@@ -108,5 +108,5 @@ def test_batched_state_is_joint_transcript():
     state = benv.state()
     L = benv.episodes.L
     assert state["input_ids"].shape == (2, 2 * L)
-    assert torch.equal(state["input_ids"][:, :L], benv.turn("llm_0")["input_ids"])
-    assert torch.equal(state["input_ids"][:, L:], benv.turn("llm_1")["input_ids"])
+    assert torch.equal(state["input_ids"][:, :L], benv.turn_batch("llm_0")["input_ids"])
+    assert torch.equal(state["input_ids"][:, L:], benv.turn_batch("llm_1")["input_ids"])

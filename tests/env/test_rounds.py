@@ -220,7 +220,7 @@ def test_a_batch_over_mid_round_gives_every_agent_the_same_rounds():
             env.step(torch.tensor([t, t]))
     ep = env.episodes
     assert env.finished and ep.turn == 2
-    assert ep.turns_of(0) == [0, 2] and ep.turns_of(1) == [1, 3]
+    assert ep.finished_turns(0) == [0, 2] and ep.finished_turns(1) == [1, 3]
     assert ep.mask[3].sum() > 0 and ep.resp_len[3].sum() == 0  # a prompt, no answer
     paid, task = env.turn_rewards("llm_1")
     assert paid.tolist() == [[1.0, 1.0], [0.0, 0.0]] and task.tolist() == [[0, 0], [1.0, 1.0]]

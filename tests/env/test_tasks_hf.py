@@ -71,7 +71,7 @@ def test_imdb_task_loads_filters_and_scores_with_the_classifier(hf_folders):
     with torch.no_grad():
         expected = clf(**ctok(texts, return_tensors="pt", padding=True)).logits[:, 1]
     np.testing.assert_allclose(infos["llm_0"]["task_reward"].numpy(), expected.numpy(), atol=1e-5)
-    obs_text = env.turn("llm_1")
+    obs_text = env.turn_batch("llm_1")
     ids = obs_text["input_ids"][0][obs_text["attention_mask"][0] == 1][:-3]
     assert task.tokenizer.decode(ids.tolist()).startswith('I can make this sentence "')
 

@@ -9,7 +9,8 @@ import pytest
 from pettingzoo.test import api_test, parallel_api_test, seed_test
 
 import cory_env
-from cory_env.demo import evaluate, load_policy
+from cory_env.demo import evaluate
+from cory_env.seats import load_policy
 from cory_env.text import Prompt
 
 SETTINGS = [dict(task="course"), dict(task="course", n_agents=3, rotation=1),

@@ -190,3 +190,26 @@ def test_a_task_names_its_offline_model_and_a_new_one_inherits_it(cache, monkeyp
         default_model("reviews")
     trainer = Trainer(TrainConfig(task="my-reviews", method="ppo", batch_size=4, iterations=1))
     assert trainer.step()["llm_0"]["response_length"] > 0
+
+
+def test_the_command_builds_quietly_and_rebuilds_on_force(tmp_path, monkeypatch, capsys):
+    """Every option the build paths read has its default (the worker's --quiet, --force)."""
+    import agents.refmodels.__main__ as cli
+
+    calls = []
+    monkeypatch.setattr(cli, "build", lambda task, budget, out, verbose: calls.append(
+        ("build", task, budget, verbose)))
+    assert cli.main(["--worker", "sentiment", "tiny", str(tmp_path)]) == 0
+    assert cli.main(["--worker", "sentiment", "tiny", str(tmp_path), "--quiet"]) == 0
+    folder = tmp_path / "lm"
+    folder.mkdir()
+    (folder / "report.json").write_text(json.dumps({"task": "sentiment"}))
+    monkeypatch.setattr(cli, "rebuild", lambda task, budget: calls.append(("rebuild", task))
+                        or folder)
+    monkeypatch.setattr(cli, "reference_lm", lambda task, budget: calls.append(("cached", task))
+                        or folder)
+    assert cli.main(["--tasks", "sentiment", "--budget", "tiny", "--force"]) == 0
+    assert cli.main(["--tasks", "sentiment", "--budget", "tiny"]) == 0
+    assert calls == [("build", "sentiment", "tiny", True), ("build", "sentiment", "tiny", False),
+                     ("rebuild", "sentiment"), ("cached", "sentiment")]
+    assert "not measured yet" in capsys.readouterr().out

@@ -97,7 +97,7 @@ def run_json(cmd: list[str], what: str, timeout: float) -> dict | None:
 
 def settings(items: list[str]) -> dict:
     """`--set PATH=VALUE` items as `train_config` settings ("ppo.lr=1e-4" -> {"ppo.lr": 0.0001})."""
-    from agents.training.cli import literal
+    from cory_common.cli import literal
 
     out = {}
     for item in items:

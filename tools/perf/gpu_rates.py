@@ -67,7 +67,7 @@ def decode_agreement(model: str, resp: int = 16) -> dict:
                                            mixed_precision=mode)
         env = solo_env(model, 16, resp, "cuda")
         steps = decode(policy, env, sampling)
-        seq = env.turn(env.agents[0])
+        seq = env.turn_batch(env.agents[0])
         with torch.no_grad():
             ev = policy.evaluate(seq["input_ids"], seq["attention_mask"], resp, sampling)
         n, real = len(steps), seq["response_mask"][:, :len(steps)].bool()

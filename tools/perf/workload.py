@@ -80,16 +80,16 @@ def train_config(model: str, method: str, *, task: str = "perf-ref", batch_size:
                  settings: dict | None = None):
     """A timing job's TrainConfig: 4 PPO epochs, full KL, `iterations` unbounded. `settings`
     maps config paths to values (`{"ppo.max_tokens_per_pass": 512, "lora": True}`), set as the
-    command line sets them (`agents.training.cli.apply`); the reference workload adds its
+    command line sets them (`cory_common.cli.apply`); the reference workload adds its
     repetition penalty 1.1 and KL coefficient 0.3."""
     from agents.learners.ppo import KLConfig, PPOConfig
     from agents.llm.sampling import SamplingConfig
-    from agents.training import cli
     from agents.training.config import TrainConfig
+    from cory_common import cli
 
     reference = task == "perf-ref"
     ppo = PPOConfig(mini_batch_size=mini_batch_size, ppo_epochs=4,
-                    kl=KLConfig(penalty="full", **({"beta": 0.3} if reference else {})))
+                    kl=KLConfig(penalty="full", **({"coef": 0.3} if reference else {})))
     cfg = TrainConfig(task=task, task_options={"model": model} if reference else {},
                       method=method, model=model, batch_size=batch_size,
                       max_new_tokens=max_new_tokens, iterations=10**6, ppo=ppo,

@@ -13,8 +13,8 @@ from helpers import ToyTask
 
 import cory_env
 from agents.learners.ppo import PPOConfig
-from agents.refmodels import transfer as tr
 from agents.training.config import TrainConfig
+from benchmarks import transfer as tr
 
 cory_env.register_task("toy", ToyTask)
 
@@ -98,7 +98,7 @@ def test_a_small_positive_denominator_gives_an_unbounded_ratio_not_an_explosion(
 
 
 def test_fieller_matches_a_hand_computed_interval():
-    from agents.training.intervals import ratio_interval, t_quantile
+    from benchmarks.intervals import ratio_interval, t_quantile
 
     a, b = [1.0, 2.0, 3.0], [2.0, 2.0, 2.0]  # the denominator has no spread: a/2's interval
     r = ratio_interval(a, b)
@@ -127,7 +127,7 @@ def test_measure_transfer_trains_both_methods_and_saves_the_ratios(toy_lm, tmp_p
 
 
 def test_measure_command_rejects_bad_input_before_building(capsys):
-    from agents.refmodels.__main__ import main
+    from benchmarks.mechanism import main
 
     for argv, message in ((["--measure", "nosuch"], "unknown task 'nosuch'"),
                           (["--measure", "sentiment", "--seeds", "a,b"], "--seeds must be")):
@@ -136,34 +136,11 @@ def test_measure_command_rejects_bad_input_before_building(capsys):
         assert message in capsys.readouterr().err
 
 
-def test_the_command_builds_quietly_and_rebuilds_on_force(tmp_path, monkeypatch, capsys):
-    """Every option the build paths read has its default (the worker's --quiet, --force)."""
-    import agents.refmodels.__main__ as cli
-
-    calls = []
-    monkeypatch.setattr(cli, "build", lambda task, budget, out, verbose: calls.append(
-        ("build", task, budget, verbose)))
-    assert cli.main(["--worker", "sentiment", "tiny", str(tmp_path)]) == 0
-    assert cli.main(["--worker", "sentiment", "tiny", str(tmp_path), "--quiet"]) == 0
-    folder = tmp_path / "lm"
-    folder.mkdir()
-    (folder / "report.json").write_text(json.dumps({"task": "sentiment"}))
-    monkeypatch.setattr(cli, "rebuild", lambda task, budget: calls.append(("rebuild", task))
-                        or folder)
-    monkeypatch.setattr(cli, "reference_lm", lambda task, budget: calls.append(("cached", task))
-                        or folder)
-    assert cli.main(["--tasks", "sentiment", "--budget", "tiny", "--force"]) == 0
-    assert cli.main(["--tasks", "sentiment", "--budget", "tiny"]) == 0
-    assert calls == [("build", "sentiment", "tiny", True), ("build", "sentiment", "tiny", False),
-                     ("rebuild", "sentiment"), ("cached", "sentiment")]
-    assert "not measured yet" in capsys.readouterr().out
-
-
 def test_the_split_of_trained_models_is_read_from_their_checkpoints(toy_lm, tmp_path):
     """At iteration 0 a checkpoint holds the untrained model: the checkpoint measurement then
     equals the plain one with the partner as pioneer, seed for seed; a missing agent is named."""
-    from agents.refmodels.__main__ import main
     from agents.training.train import Trainer
+    from benchmarks.mechanism import main
 
     cfg = TrainConfig(task="toy", method="cory", model=str(toy_lm), batch_size=8, iterations=2,
                       max_new_tokens=4, ppo=PPOConfig(mini_batch_size=8))
@@ -197,8 +174,8 @@ def test_cross_role_transfer_from_finished_runs_equals_training_them_here(toy_lm
     seeds are refused by name."""
     from dataclasses import replace
 
-    from agents.refmodels.__main__ import main
     from agents.training.train import Trainer
+    from benchmarks.mechanism import main
 
     model = shutil.copytree(toy_lm, tmp_path / "lm")
     cfg = TrainConfig(task="toy", model=str(model), iterations=2, batch_size=4, max_new_tokens=4,

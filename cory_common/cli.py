@@ -1,4 +1,5 @@
-"""One command-line generator for every config: each field of a (nested) dataclass is an option.
+"""One command-line generator for every config: each field of a (nested) dataclass is an option
+(the benchmark, training, the distributed launcher, play, the demo and the OpenEnv service).
 
     parser = argparse.ArgumentParser(argument_default=argparse.SUPPRESS)
     paths = add_options(parser, TrainConfig, TrainConfig())     # --lr, --batch-size, --lora-r...
@@ -19,10 +20,6 @@ import copy
 import dataclasses
 import typing
 from typing import Any
-
-from cory_env import registered_tasks, task_defaults
-
-from ..learners.base import registered_methods, registered_structures
 
 
 def comma_list(text: str) -> list[str]:
@@ -238,13 +235,11 @@ def from_dict(cls, data: dict):
     return cls(**kwargs)
 
 
-def catalogue() -> str:
-    """The registered methods, tasks and each task's options, for a CLI's --help."""
-    lines = ["methods (a learner on a structure; --import adds yours; any learner/structure "
-             "is one too, structures: " + ", ".join(registered_structures()) + "):",
-             "  " + ", ".join(registered_methods()), "tasks and their options (--task-options "
-             "k=v,...; a task's tokenizer defaults to --model's when it takes one):"]
-    for task in registered_tasks():
-        opts = ", ".join(f"{k}={v!r}" for k, v in task_defaults(task).items())
-        lines.append(f"  {task}: {opts or '(none)'}")
-    return "\n".join(lines)
+IMPORT_HELP = "module or .py file that registers learners or tasks (repeatable)"
+
+
+def add_import_option(parser: argparse.ArgumentParser) -> None:
+    """Every command line's one --import option: modules or files whose import registers
+    learners or tasks, loaded (`cory_common.plugins.load_plugins`) before any name is read."""
+    parser.add_argument("--import", dest="imports", action="append", default=[],
+                        metavar="MODULE_OR_FILE", help=IMPORT_HELP)

@@ -20,10 +20,9 @@
 
 Gains are means over seeds with 95% t intervals; a transfer is the ratio of the mean gains
 with Fieller's 95% interval, unbounded when the denominator's own interval contains 0
-(`agents.training.intervals`). The verdict reads the interval, never the point: *present* when it
-lies at
-or above PRESENT, *absent* below WEAK, *weak* inside (0, PRESENT), *undefined* when PPO's gain
-is not clear of 0 (nothing to carry) and *inconclusive* otherwise. Episodes are played
+(`benchmarks.intervals`). The verdict reads the interval, never the point: *present* when it
+lies at or above PRESENT, *absent* below WEAK, *weak* inside (0, PRESENT), *undefined* when
+PPO's gain is not clear of 0 (nothing to carry) and *inconclusive* otherwise. Episodes are played
 through the one decode loop (`agents.llm.rollout`).
 """
 
@@ -39,18 +38,18 @@ import numpy as np
 import torch
 
 import cory_env
+from agents.learners.base import resolve_method
+from agents.llm.rollout import answer_alone
+from agents.llm.sampling import SamplingConfig
+from agents.refmodels.measure import as_policy, forced_tokens, play_episode
+from agents.training.checkpoint import read_checkpoint
+from agents.training.config import TrainConfig
+from agents.training.restore import load_agents, run_tokenizer, saved_config
+from agents.training.train import Trainer, build_policies, default_model, model_of, tokenizer_folder
 from cory_common.files import atomic_write
 from cory_env import make_task
 
-from ..learners.base import resolve_method
-from ..llm.rollout import answer_alone
-from ..llm.sampling import SamplingConfig
-from ..training.checkpoint import read_checkpoint
-from ..training.config import TrainConfig
-from ..training.intervals import Interval, Ratio, mean_interval, ratio_interval
-from ..training.restore import load_agents, run_tokenizer, saved_config
-from ..training.train import Trainer, build_policies, default_model, model_of, tokenizer_folder
-from .measure import as_policy, forced_tokens, play_episode
+from .intervals import Interval, Ratio, mean_interval, ratio_interval
 
 SEEDS = (0, 1, 2)
 QUERIES = 128  # held-out queries per measurement

@@ -1,0 +1,143 @@
+"""Command line of the mechanism measurement: does a model have CORY's mechanism?
+
+    python -m benchmarks.mechanism --measure sentiment  # knowledge + cross-role transfer, 3 seeds
+    python -m benchmarks.mechanism --measure reviews --model smollm2-135m --lora \\
+        --mixed-precision bf16 --batch-size 16 --iterations 30 --lr 5e-4 --seeds 0,1,2,3,4
+    python -m benchmarks.mechanism --measure reviews --queries 256 \\
+        --ppo-checkpoints runs/x/ckpt/reviews-ppo-seed0.pt,... \\
+        --observer-only-checkpoints runs/x/ckpt/reviews-cory-no-re-seed0.pt,...
+    python -m benchmarks.mechanism --checkpoint runs/x/ckpt/reviews-cory-seed0.pt,... \\
+        --observer llm_1 --pioneer llm_0 --queries 256 --out kt-trained.json
+
+`--measure` takes any task and model (`--import` for plug-in tasks) and every training
+setting of `agents.training.config.TrainConfig` as an option: the budget at which PPO and
+cory-no-re are trained for the cross-role transfer (docs/offline-models.md, "Measuring a
+model"). `--checkpoint` measures the knowledge-transfer split of trained models instead: each
+checkpoint's observer reading its pioneer's answers, one checkpoint per seed. What is measured
+and how it is read: `benchmarks.transfer`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from agents.refmodels import BUDGETS, reference_lm, resolve_budget
+from agents.training.config import add_train_options, train_config_from
+from cory_common.files import atomic_write
+from cory_env import offline_model
+from cory_env.data.tokenizer import TASKS
+
+from .transfer import QUERIES, checkpoint_knowledge_transfer, format_transfer, measure_transfer
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Measure a model's knowledge and cross-role transfer, or trained observers' split."""
+    parser, paths = _parser()
+    args = parser.parse_args(argv)
+    if args.checkpoint:
+        return _checkpoint_split(parser, args)
+    if args.measure:
+        return _measure(parser, args, paths)
+    parser.error("give --measure TASK or --checkpoint PATHS")
+    return 2
+
+
+def _parser() -> tuple[argparse.ArgumentParser, dict]:
+    """The command line's parser and the paths of its training options."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.mechanism", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     argument_default=argparse.SUPPRESS, allow_abbrev=False)
+    parser.add_argument("--measure", metavar="TASK", default=None,
+                        help="measure knowledge transfer and cross-role transfer of a task's "
+                             "model (--model; default: the offline LM, about 4 minutes)")
+    parser.add_argument("--seeds", default="0,1,2", help="seeds of --measure (default: 0,1,2)")
+    parser.add_argument("--queries", type=int, default=QUERIES,
+                        help="held-out queries of each evaluation (default: %(default)s)")
+    parser.add_argument("--out", default=None,
+                        help="the JSON file (--measure's default: the model folder's "
+                             "transfer.json, or transfer-TASK.json for a model that is not the "
+                             "offline LM)")
+    parser.add_argument("--budget", default=None, choices=sorted(BUDGETS),
+                        help="the offline LM's training preset, when --measure builds it")
+    parser.add_argument("--checkpoint", default=None, metavar="PATHS",
+                        help="comma list of a learner's checkpoints (one per seed): measure "
+                             "the knowledge-transfer split of their trained observer")
+    parser.add_argument("--ppo-checkpoints", default=None, metavar="PATHS",
+                        help="with --measure: comma list of finished PPO runs' checkpoints, "
+                             "one per seed, measured instead of training PPO here")
+    parser.add_argument("--observer-only-checkpoints", default=None, metavar="PATHS",
+                        help="with --measure: the same seeds' finished cory-no-re checkpoints")
+    parser.add_argument("--observer", default="llm_1", help="--checkpoint's observer agent")
+    parser.add_argument("--pioneer", default="llm_0", help="--checkpoint's pioneer agent")
+    paths = add_train_options(parser, skip=("task", "method", "seed"))
+    return parser, paths
+
+
+def _checkpoint_split(parser, args) -> int:
+    """--checkpoint: the knowledge-transfer split of trained observers, printed and saved."""
+    files = _files(parser, "--checkpoint", args.checkpoint)
+    if args.queries < 1:
+        parser.error(f"--checkpoint needs --queries >= 1, got {args.queries}")
+    t0 = time.perf_counter()
+    result = checkpoint_knowledge_transfer(files, args.observer, args.pioneer, args.queries)
+    result["seconds"] = round(time.perf_counter() - t0, 1)
+    text = json.dumps(result, indent=2)
+    if args.out:
+        atomic_write(Path(args.out), text)
+    print(text)
+    return 0
+
+
+def _measure(parser, args, paths: dict) -> int:
+    """--measure TASK: knowledge transfer and cross-role transfer of a task's model."""
+    try:
+        cfg = train_config_from(args, paths, task=args.measure)
+        trained = None
+        if args.ppo_checkpoints or args.observer_only_checkpoints:
+            trained = tuple(_files(parser, opt, value) for opt, value in (
+                ("--ppo-checkpoints", args.ppo_checkpoints),
+                ("--observer-only-checkpoints", args.observer_only_checkpoints)))
+        if cfg.model is None and offline_model(args.measure) is None and not trained:
+            raise ValueError(f"--measure {args.measure}: the task has no offline reference "
+                             f"LM ({', '.join(TASKS)} have); give --model")
+        try:
+            seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+        except ValueError:
+            raise ValueError(f"--seeds must be a comma list of integers, got "
+                             f"{args.seeds!r}") from None
+        if not seeds or args.queries < 1:
+            raise ValueError(f"--measure needs at least one seed and one query, got "
+                             f"--seeds {args.seeds!r} --queries {args.queries}")
+    except ValueError as err:
+        parser.error(str(err))
+    if cfg.model is None and trained is None:
+        reference_lm(offline_model(args.measure), budget=resolve_budget(args.budget))
+    try:
+        result = measure_transfer(args.measure, model=cfg.model, cfg=cfg, seeds=seeds,
+                                  n=args.queries, out=args.out, checkpoints=trained)
+    except ValueError as err:
+        if trained is None:
+            raise
+        parser.error(str(err))
+    print("\n".join(format_transfer(result)))
+    print(f"[cory lm] measured in {result['seconds']:.0f}s; saved to {result['file']}")
+    return 0
+
+
+def _files(parser, option: str, value: str | None) -> list[str]:
+    """A comma list of existing files, or a parser error naming the option and what is missing."""
+    files = [p.strip() for p in (value or "").split(",") if p.strip()]
+    missing = [p for p in files if not Path(p).is_file()]
+    if not files or missing:
+        parser.error(f"{option} needs a comma list of existing files: missing "
+                     f"{missing or 'all (none given)'}")
+    return files
+
+
+if __name__ == "__main__":
+    sys.exit(main())
