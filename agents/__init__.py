@@ -8,10 +8,12 @@ cory_env; `tests/test_architecture.py` checks it):
 - `agents.learners`: how policies learn (learners and their registry, structures with CORY's
   among them, the PPO maths, the KL and reward shaping).
 - `agents.training`: running training (the config, the trainer, checkpoints and restoring a
-  saved run, the run log, command-line options and statistics over seeds).
+  saved run, the run log).
 - `agents.distributed`: the same training over processes (DDP, FSDP2).
-- `agents.refmodels`: the offline reference models (built below training) and the mechanism
-  measurement (which trains, so above it).
+- `agents.refmodels`: the offline reference models (built below training; whether a model has
+  CORY's mechanism is measured by the benchmark, `benchmarks.transfer`).
 - `agents.interop`: other libraries' interfaces (Tianshou).
 - `agents.play`: watch a model play the env (`python -m agents.play`).
 """
+
+import cory_common.threads  # noqa: F401  (first: torch's threads wait passively)

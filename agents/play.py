@@ -13,16 +13,17 @@ agent answers R times, and every turn is shown with its round.
 
 from __future__ import annotations
 
-import argparse
 import shlex
 import sys
 import textwrap
 
 import torch
 
+from cory_common import cli
 from cory_common.cli import add_import_option, key_values
 from cory_common.plugins import load_plugins
 from cory_common.pretrained import PRETRAINED, check_model, model_source, resolve_model
+from cory_common.threads import thread_setting
 from cory_env import BatchedCoryEnv, make_task, registered_tasks
 from cory_env.tasks.base import unknown_task
 
@@ -80,15 +81,16 @@ def alone_score(model: str, task: str, n: int, samples: int, max_new_tokens: int
 
 def main(argv=None) -> int:
     """Print the transcripts of one batch of episodes."""
-    p = argparse.ArgumentParser(prog="python -m agents.play", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                allow_abbrev=False)
+    p = cli.Parser("python -m agents.play", description=__doc__)
     p.add_argument("--model", default="smollm2-135m",
                    help=f"a short name ({', '.join(PRETRAINED)}), a .gguf file or a model folder")
-    p.add_argument("--task", default="reviews")
-    p.add_argument("--episodes", type=int, default=4)
-    p.add_argument("--max-new-tokens", type=int, default=None)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--task", default="reviews", help="a registered task (default: reviews)")
+    p.add_argument("--episodes", type=int, default=4, help="episodes to print (default: 4)")
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help="tokens per answer (default: the task's)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the queries and sampling")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch threads (0: torch's default, every core; they wait passively)")
     p.add_argument("--rounds", type=int, default=1, help="each agent answers R times")
     p.add_argument("--alone", type=int, default=0, metavar="N",
                    help="instead: score the first N held-out queries answered alone")
@@ -103,12 +105,17 @@ def main(argv=None) -> int:
         if args.task not in registered_tasks():
             raise ValueError(unknown_task(args.task))
         make_task(args.task, **args.task_options)  # its options, checked before loading
+        if args.threads < 0:
+            raise ValueError(f"--threads must be >= 0, got {args.threads}")
         for name in ("episodes", "samples", "max_new_tokens", "rounds"):
             value = getattr(args, name)
             if value is not None and value < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be positive, got {value}")
     except (TypeError, ValueError) as err:
         p.error(str(err))
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(f"[{thread_setting()}]")
     if args.alone:
         r = alone_score(args.model, args.task, args.alone, args.samples, args.max_new_tokens,
                         args.seed, **args.task_options)

@@ -19,12 +19,18 @@ A run folder holds (all written incrementally; a kill loses at most the iteratio
     report.md         the mechanism, the claims' verdicts, tables, audit, samples
 
 Modules: `config` (BenchConfig: the sweep plus a nested TrainConfig; validation, runs, CLI
-options), `presets` (the paper's GPU settings), `runner` (the run folder, resume, progress, the
-driver), `evaluate` (every model alone on the test split), `records` (a run's numbers),
-`stats` (frontiers and trends), `claims` (the paper's claims, decided), `report` (tables,
-plots and report.md from the records alone),
-`run` (the command line) and `merge` (run folders made side by side, as one).
+options), `presets` (the paper's GPU settings), `runner` (the run folder, resume, the driver),
+`engines` (where runs execute: this process, local workers, a Ray cluster), `worker` (one run,
+as messages), `study` (the one writer: runs prepared, their messages written, records put in
+run order), `progress` (runs done / running / waiting and the time left), `evaluate` (every
+model alone on the test split), `records` (a run's numbers), `intervals` and `stats`
+(intervals over seeds, frontiers and trends), `claims` (the paper's claims, decided),
+`transfer` and `mechanism` (whether a model has CORY's mechanism, and its command line),
+`report` (tables, plots and report.md from the records alone), `run` (the command line),
+`merge` (run folders made elsewhere, as one) and `migrate` (an older folder's names, once).
 """
+
+import cory_common.threads  # noqa: F401  (first: torch's threads wait passively)
 
 from .config import (
     PAPER_KL_COEFS,

@@ -17,7 +17,6 @@ is **false** when it is *supported* where the claim is false or on its boundary,
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import time
@@ -27,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from agents.learners.base import ablation_methods
+from cory_common import cli
 from cory_common.files import atomic_write
 
 from . import claims as cl
@@ -220,7 +220,7 @@ def worst(results: dict) -> float:
 
 def main(argv: list[str] | None = None) -> None:
     """`python -m benchmarks.calibrate`: the verdict rates of every claim in every world."""
-    p = argparse.ArgumentParser(description=main.__doc__)
+    p = cli.Parser("python -m benchmarks.calibrate", description=main.__doc__)
     p.add_argument("--replicates", type=int, default=400)
     p.add_argument("--seeds", default="3,5,10", help="seed counts, comma-separated")
     p.add_argument("--worlds", default="", help="names' prefixes, comma-separated (default all)")

@@ -11,13 +11,13 @@ the first, paired by seed.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from agents.training.runlog import read_jsonl
+from cory_common import cli
 
 from .intervals import mean_interval
 from .records import RunData, curves, final_value, no_records, select
@@ -99,8 +99,7 @@ def same_records(a: str, b: str) -> tuple[bool, list[str]]:
 
 def main(argv: list[str] | None = None) -> None:
     """Print the comparison of the run folders given on the command line."""
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = cli.Parser("python -m benchmarks.compare", description=__doc__)
     p.add_argument("folders", nargs="+", help="run folders (the first is the baseline)")
     p.add_argument("--method", default="cory", help="the method to compare")
     p.add_argument("--task", default="sentiment", help="the task to compare")

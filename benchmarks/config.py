@@ -16,6 +16,7 @@ import argparse
 import dataclasses
 import importlib.util
 import math
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -187,8 +188,25 @@ def validate_config(cfg: BenchConfig) -> None:
             raise ValueError(f"task {task!r} has no offline reference LM: give a model "
                              f"(--model, e.g. --model smollm2-135m)")
     _check_task_options(cfg)
+    _check_chain_methods(cfg)
     for spec in run_specs(cfg):
         train_config(cfg, spec).validate()
+
+
+def _check_chain_methods(cfg: BenchConfig) -> None:
+    """--n-agents sets K of the multi-agent methods: refused when none is one, said once when
+    some methods keep their one agent."""
+    k = cfg.train.n_agents
+    if k is None:
+        return
+    single = [m for m in cfg.methods if resolve_method(m).n_agents == 1]
+    if len(single) == len(cfg.methods):
+        raise ValueError(f"--n-agents {k} sets the chain of multi-agent methods, but "
+                         f"{', '.join(single)} train(s) one agent: add a multi-agent method "
+                         f"(cory, ippo, cory-mappo, ...) or leave --n-agents out")
+    if single:
+        warnings.warn(f"--n-agents {k}: {', '.join(single)} keep(s) one agent (single-agent "
+                      f"methods); the others run chains of {k}", UserWarning, stacklevel=3)
 
 
 def _check_task_options(cfg: BenchConfig) -> None:

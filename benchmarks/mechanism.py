@@ -28,6 +28,7 @@ from pathlib import Path
 
 from agents.refmodels import BUDGETS, reference_lm, resolve_budget
 from agents.training.config import add_train_options, train_config_from
+from cory_common import cli
 from cory_common.files import atomic_write
 from cory_env import offline_model
 from cory_env.data.tokenizer import TASKS
@@ -49,9 +50,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _parser() -> tuple[argparse.ArgumentParser, dict]:
     """The command line's parser and the paths of its training options."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.mechanism", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     argument_default=argparse.SUPPRESS, allow_abbrev=False)
+    parser = cli.Parser("python -m benchmarks.mechanism", description=__doc__,
+                                     argument_default=argparse.SUPPRESS)
     parser.add_argument("--measure", metavar="TASK", default=None,
                         help="measure knowledge transfer and cross-role transfer of a task's "
                              "model (--model; default: the offline LM, about 4 minutes)")

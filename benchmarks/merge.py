@@ -16,7 +16,6 @@ seeds; `--resume` measures the merged folder's own.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -25,6 +24,7 @@ import sys
 from pathlib import Path
 
 from agents.training.runlog import FolderBusy, RunLock, read_jsonl
+from cory_common import cli
 from cory_common.files import atomic_write, remove_dir
 
 from .config import GROWABLE, from_saved
@@ -180,8 +180,7 @@ def _write(tmp: Path, folders: list[Path], saved: list[dict], where: dict[str, P
 
 def main(argv: list[str] | None = None) -> int:
     """Command line: merge run folders; errors name the folder and the setting."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.merge",
-                                     description=__doc__.split("\n\n")[0])
+    parser = cli.Parser("python -m benchmarks.merge", description=__doc__.split("\n\n")[0])
     parser.add_argument("folders", nargs="+", help="run folders of one setting")
     parser.add_argument("--out", required=True, help="the new merged folder")
     parser.add_argument("--allow-changed-code", action="store_true",

@@ -13,7 +13,6 @@ unfinished run of it restarts from its first iteration.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import json
@@ -21,6 +20,7 @@ import os
 from pathlib import Path
 
 from agents.training.runlog import FolderBusy, RunLock, jsonl_text, read_jsonl
+from cory_common import cli
 from cory_common.files import atomic_write
 
 from .records import FORMAT, no_records
@@ -78,8 +78,7 @@ def migrate(folder: str | os.PathLike) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     """Migrate each folder named on the command line under its lock."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.migrate", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.Parser("python -m benchmarks.migrate", description=__doc__)
     parser.add_argument("folders", nargs="+", help="run folders written by an earlier version")
     args = parser.parse_args(argv)
     for folder in args.folders:

@@ -86,6 +86,8 @@ class Stat:
     def __str__(self) -> str:
         if self.n == 0:
             return "–"
+        if self.n == 1:  # one seed has no spread to show
+            return f"{fmt(self.mean)} (1 seed)"
         return f"{fmt(self.mean)} ± {fmt(self.std)}"
 
 

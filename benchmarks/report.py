@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from cory_common import cli
 from cory_common.files import atomic_write
 
 from .claims import CONTRADICTED, INCONCLUSIVE, SUPPORTED, all_claims
@@ -51,10 +52,12 @@ def metrics_table(data: RunData, task: str, kl_coef) -> list[str]:
 
 
 def rounds_table(data: RunData, task: str, kl_coef) -> list[str]:
-    """With rounds: per method and role, each round's task reward and KL (final iterations)."""
+    """With rounds: per method and role, each round's task reward and KL (final iterations),
+    every round of the run's R; a round no episode reached (games that end early) says so."""
     rows = select(data.rows, task=task, swept_kl_coef=kl_coef)
-    n = max((int(k.split("_")[1]) for r in rows for k in r if k.startswith("round_")
-             and k.endswith("_kl")), default=0)
+    seen = max((int(k.split("_")[1]) for r in rows for k in r if k.startswith("round_")
+                and k.endswith("_kl")), default=0)
+    n = max(seen, int(((data.config or {}).get("train") or {}).get("rounds", 1))) if seen else 0
     if not n:
         return []
     lines = ["| method | role | " + " | ".join(f"round {r} reward | round {r} KL"
@@ -63,10 +66,15 @@ def rounds_table(data: RunData, task: str, kl_coef) -> list[str]:
     for method in data.methods(task, kl_coef):
         for role in data.roles(task, method, kl_coef):
             match = {"task": task, "method": method, "swept_kl_coef": kl_coef, "role": role}
-            cells = [str(data.stat(f"round_{r}_{f}", **match)) for r in range(1, n + 1)
+            cells = [_round_cell(data.stat(f"round_{r}_{f}", **match)) for r in range(1, n + 1)
                      for f in ("task_reward", "kl")]
             lines.append(f"| {method} | {role} | " + " | ".join(cells) + " |")
     return ["### Each round (final iterations)", "", *lines, ""]
+
+
+def _round_cell(stat) -> str:
+    """A round's mean ± std, or "not reached" when no episode got that far."""
+    return "not reached" if stat.n == 0 else str(stat)
 
 
 def rounds_note(config: dict) -> list[str]:
@@ -342,9 +350,8 @@ def write_report(folder: str | os.PathLike) -> Path:
 
 def main(argv: list[str] | None = None) -> None:
     """`python -m benchmarks.report RUN_DIR`: rewrite the report of a run folder."""
-    import argparse
 
-    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser = cli.Parser("python -m benchmarks.report", description=main.__doc__)
     parser.add_argument("run_dir")
     folder = Path(parser.parse_args(argv).run_dir)
     if why := no_records(folder):

@@ -1,22 +1,27 @@
 """Command line: compare methods on tasks over seeds, then write metrics, plots and a report.
 
-    python -m benchmarks.run                      # ppo vs cory on sentiment + arithmetic, 3 seeds
+    python -m benchmarks.run                      # ppo vs cory on sentiment, 3 seeds
     python -m benchmarks.run --quick              # a smoke run of about a minute
     python -m benchmarks.run --methods ppo,cory,cory-no-kt,cory-no-re --tasks arithmetic
     python -m benchmarks.run --kl-coef-sweep --tasks arithmetic          # + a Pareto plot
     python -m benchmarks.run --preset gsm8k       # the paper's GPU setting (hub access needed)
     python -m benchmarks.run --resume --out runs/X                  # continue a killed run
     python -m benchmarks.run --resume --out runs/X --seeds 0,1,2,3,4  # ... with two more seeds
+    python -m benchmarks.run --preset real --workers 2 --threads 1    # two runs at once
+    python -m benchmarks.run --preset real --ray auto                 # on a Ray cluster
 
 Every setting of `benchmarks.BenchConfig` is an option (`--batch-size`, `--lr`, ...); a
 preset fills them first, `--quick` shrinks them, explicit options win. `--resume` alone
 continues with the folder's saved settings; settings given with it must equal those, except
 `--seeds` and `--methods`, which may add entries (new runs) but never drop a saved one.
+`--workers`, `--ray` and `--storage` say where the runs execute and change no record: a study
+made with `--workers 2` equals one made with `--workers 1` (docs/scaling.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -27,16 +32,18 @@ if __package__ in (None, ""):  # `python benchmarks/run.py`
 from agents.training.config import catalogue
 from agents.training.runlog import FolderBusy, LedgerError
 from benchmarks.config import BenchConfig, add_config_options, resolve_config, resume_config
-from benchmarks.runner import RunFolder, run_benchmark
+from benchmarks.engines import Execution
+from benchmarks.runner import RunFolder, StudyFailed, run_benchmark
+from cory_common import cli
 
 
 def build_parser() -> argparse.ArgumentParser:
     """An option per BenchConfig field (defaults left out, so explicit ones are known)."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     argument_default=argparse.SUPPRESS, allow_abbrev=False,
+    parser = cli.Parser("python -m benchmarks.run", description=__doc__,
+                                     argument_default=argparse.SUPPRESS,
                                      epilog=catalogue())
     add_config_options(parser)
+    cli.add_options(parser, Execution, Execution())
     parser.add_argument("--out", help="run folder (default runs/<timestamp>)")
     parser.add_argument("--resume", action="store_true",
                         help="continue the run in --out (its settings; more --seeds or "
@@ -51,8 +58,8 @@ def config_from_args(args: argparse.Namespace) -> tuple[BenchConfig, Path, bool]
     """The resolved settings, the run folder and the resume flag; raises ValueError."""
     given = dict(vars(args))
     out, resume = given.pop("out", None), given.pop("resume", False)
-    given.pop("no_progress", None)
-    given.pop("allow_changed_code", None)
+    for name in ("no_progress", "allow_changed_code", *EXECUTION):
+        given.pop(name, None)
     if resume and not out:
         raise ValueError("--resume needs --out, the folder of the run to continue")
     out = Path(out or Path("runs") / time.strftime("%Y-%m-%d_%H-%M-%S"))
@@ -62,21 +69,33 @@ def config_from_args(args: argparse.Namespace) -> tuple[BenchConfig, Path, bool]
     return cfg, out, resume
 
 
+EXECUTION = tuple(f.name for f in dataclasses.fields(Execution))
+
+
+def execution_from(args: argparse.Namespace) -> Execution:
+    """The --workers, --ray and --storage settings (checked by run_benchmark)."""
+    return Execution(**{k: v for k, v in vars(args).items() if k in EXECUTION})
+
+
 def main(argv: list[str] | None = None) -> Path:
     """Parse the command line, run the benchmark, print where the report is."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         cfg, out, resume = config_from_args(args)
+        execution = execution_from(args).check(cfg.threads, cfg.wandb)
     except ValueError as err:
-        parser.error(str(err))
+        parser.error(cli.in_flags(str(err), BenchConfig))
     try:
         path = run_benchmark(cfg, out, resume=resume,
                              progress=not getattr(args, "no_progress", False),
-                             allow_changed_code=getattr(args, "allow_changed_code", False))
+                             allow_changed_code=getattr(args, "allow_changed_code", False),
+                             execution=execution)
+    except StudyFailed as err:
+        parser.exit(1, f"{parser.prog}: {err}\n")
     except (FolderBusy, LedgerError, ValueError) as err:
-        if isinstance(err, (FolderBusy, LedgerError)) or str(err).startswith(("--resume", "run "
-                                                                                 "folder")):
+        if isinstance(err, (FolderBusy, LedgerError)) or str(err).startswith(
+                ("--resume", "run folder", "--ray")):
             parser.exit(2, f"{parser.prog}: error: {err}\n")
         raise
     print(f"report: {path}")

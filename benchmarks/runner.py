@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import gc
 import io
 import json
 import os
@@ -32,9 +31,9 @@ from agents.training.runlog import (
     read_jsonl,
     resume_ledger,
 )
-from agents.training.train import Trainer
 from cory_common.files import atomic_write, remove_dir, remove_orphans
 from cory_common.pretrained import resolve_model
+from cory_common.threads import thread_setting
 from cory_env import offline_model
 
 from .config import (
@@ -46,8 +45,10 @@ from .config import (
     run_specs,
     train_config,
 )
-from .evaluate import evaluate_alone, evaluation_due
-from .records import FORMAT, check_format, select
+from .engines import Execution, make_engine
+from .progress import Progress
+from .records import FORMAT, check_format
+from .study import canonical_order, run_study
 from .transfer import (
     budget_differences,
     measure_transfer,
@@ -64,29 +65,6 @@ CSV_COLUMNS = ID_COLUMNS + (
     "response_length", "value_loss", "policy_loss", "loss", "clipfrac", "value_clipfrac",
     "approx_kl", "entropy", "ratio_mean", "grad_norm", "kl_loss", "sampled_neg_logprob",
     "optimizer_steps", "epochs_run", "skipped_batches", "time_rollout_s", "time_update_s")
-TIME_FIELDS = ("time_rollout_s", "time_update_s")
-
-
-# ------------------------------------------------------------------------------- records
-def flatten(metrics: dict, spec: RunSpec) -> list[dict]:
-    """A Trainer step's metrics as one flat record per agent."""
-    out = []
-    common = {"iteration": metrics["iteration"], "rotation": metrics["rotation"],
-              **{k: metrics[k] for k in TIME_FIELDS if k in metrics}}
-    for agent in sorted(k for k in metrics if k.startswith("llm_")):
-        values = {k: v for k, v in metrics[agent].items()
-                  if isinstance(v, (int, float, str, list)) or v is None}
-        out.append({**spec.ids(), "agent": agent, **common, **values})
-    return out
-
-
-def numeric(record: dict) -> dict[str, float]:
-    """The record's numeric metrics (for TensorBoard)."""
-    skip = set(ID_COLUMNS) | {"samples"}
-    return {k: float(v) for k, v in record.items() if k not in skip
-            and isinstance(v, (int, float)) and not isinstance(v, bool)}
-
-
 class RunFolder:
     """The files of a benchmark run folder (see the module docstring)."""
 
@@ -172,10 +150,14 @@ class RunFolder:
         """Verify the run's records before `iteration` (LedgerError names the first bad line),
         drop those from `iteration` on and a torn line; make the CSV match."""
         dropped = resume_ledger(self.metrics, {"run": spec.key}, iteration)
+        self.sync_csv()
+        return dropped
+
+    def sync_csv(self) -> None:
+        """Make metrics.csv hold what metrics.jsonl holds, in its order."""
         text = _csv_text(read_jsonl(self.metrics))
         if not self.csv.exists() or self.csv.read_text(encoding="utf-8") != text:
             atomic_write(self.csv, text)
-        return dropped
 
     def has_eval(self, run: str, iteration: int) -> bool:
         """Whether alone.jsonl holds the run's evaluation at that iteration."""
@@ -199,24 +181,6 @@ def _csv_text(records: list[dict], header: bool = True) -> str:
         writer.writeheader()
     writer.writerows(records)
     return buffer.getvalue()
-
-
-def try_evaluate(trainer: Trainer, cfg: BenchConfig, spec: RunSpec, folder: RunFolder,
-                 roles: dict) -> None:
-    """Evaluate every model alone and record it, unless already recorded; logs and skips when
-    the test split can't be loaded (the hub)."""
-    if folder.has_eval(spec.key, trainer.iteration) or (
-            trainer.env.task.exact_match and cfg.eval_problems == 0):
-        return
-    final = trainer.iteration == cfg.train.iterations
-    try:
-        records = evaluate_alone(trainer, cfg, spec, roles, final=final)
-    except OSError as err:  # e.g. the GSM8K test split without hub access
-        folder.log(f"{spec.key}: alone-evaluation skipped, test split unavailable: {err}")
-        return
-    folder.add_evals(records)
-    folder.log(f"{spec.key} alone at iteration {trainer.iteration}: " + ", ".join(
-        f"{r['model']} reward {r['task_reward']:.3f} kl {r['kl']:.3f}" for r in records))
 
 
 def mechanism(cfg: BenchConfig, folder: RunFolder, tasks: list[str] | None = None) -> dict:
@@ -265,8 +229,9 @@ def refresh_mechanism(cfg: BenchConfig, folder: RunFolder) -> None:
 
 def saved_mechanism(cfg: BenchConfig, folder: RunFolder, task: str) -> dict:
     """A measurement of a named model at this run's budget: the run folder's
-    transfer-<task>.json, else the one `benchmarks.mechanism --measure` saved beside the model; one
-    at another budget (LoRA or not, lr, iterations, ...) is not used, and the answer says why."""
+    transfer-<task>.json, else the one `benchmarks.mechanism --measure` saved beside the model;
+    one at another budget (LoRA or not, lr, iterations, ...) is not used, and the answer says
+    why (and how to measure it from what this folder has)."""
     model = cfg.model_for(task)
     run = training_budget(train_config(cfg, RunSpec(task, "ppo", cfg.seeds[0])))
     own = transfer_file(folder.path, task)
@@ -279,58 +244,19 @@ def saved_mechanism(cfg: BenchConfig, folder: RunFolder, task: str) -> dict:
         if not differ:
             return measured
         other.append(f"{file} was measured at another budget ({'; '.join(differ)})")
-    how = (f"measure it at this run's budget with python -m benchmarks.mechanism --measure {task} "
-           f"--ppo-checkpoints ... --observer-only-checkpoints ... (this folder's ppo and "
-           f"cory-no-re checkpoints) --out {own}, then --resume")
+    has = {m for m in ("ppo", "cory-no-re") if m in cfg.methods}
+    if has == {"ppo", "cory-no-re"}:
+        how = (f"measure it at this run's budget with python -m benchmarks.mechanism --measure "
+               f"{task} --ppo-checkpoints ... --observer-only-checkpoints ... (this folder's ppo "
+               f"and cory-no-re checkpoints) --out {own}, then --resume")
+    else:
+        grown = ",".join([*cfg.methods, *sorted({"ppo", "cory-no-re"} - has)])
+        how = (f"measure it at this run's budget with python -m benchmarks.mechanism --measure "
+               f"{task} --out {own} (it trains ppo and cory-no-re at this budget), or run them "
+               f"here first (--resume --methods {grown}) and read their checkpoints "
+               f"(--ppo-checkpoints, --observer-only-checkpoints), then --resume")
     return {"not_measured": "; ".join(other + [how]) if other else
             f"the model is not an offline reference LM; {how}"}
-
-
-# ------------------------------------------------------------------------------- progress
-class Progress:
-    """A one-line progress bar with the time left on stderr (plain lines when not a terminal)."""
-
-    def __init__(self, total: int, stream=None, enabled: bool = True):
-        self.total, self.done, self.stream = max(total, 1), 0, stream or sys.stderr
-        self.enabled, self.start, self.counted, self.last_line = enabled, time.time(), 0, 0.0
-
-    def skip(self, n: int) -> None:
-        """Count units finished before this process started (no credit in the time left)."""
-        self.done += n
-
-    def update(self, n: int = 1, note: str = "") -> None:
-        """Count n finished units and redraw."""
-        self.done += n
-        self.counted += n
-        if not self.enabled:
-            return
-        elapsed = time.time() - self.start
-        left = elapsed / self.counted * (self.total - self.done) if self.counted else 0.0
-        width = 24
-        fill = int(width * self.done / self.total)
-        line = (f"[{'#' * fill}{'.' * (width - fill)}] {self.done}/{self.total} "
-                f"{_clock(elapsed)} elapsed, about {_clock(left)} left  {note}")
-        if self._tty():
-            self.stream.write("\r" + line[:150].ljust(150))
-        elif time.time() - self.last_line > 5 or self.done == self.total:
-            self.stream.write(line + "\n")
-            self.last_line = time.time()
-        self.stream.flush()
-
-    def _tty(self) -> bool:
-        """Whether the stream is a terminal (redraw in place) rather than a log."""
-        return getattr(self.stream, "isatty", lambda: False)()
-
-    def close(self) -> None:
-        """End the bar's line."""
-        if self.enabled and self._tty():
-            self.stream.write("\n")
-
-
-def _clock(seconds: float) -> str:
-    """Seconds as 3m05s or 1h02m."""
-    m, s = divmod(int(seconds), 60)
-    return f"{m // 60}h{m % 60:02d}m" if m >= 60 else f"{m}m{s:02d}s"
 
 
 def wandb_run(cfg: BenchConfig, spec: RunSpec, folder: RunFolder):
@@ -342,77 +268,23 @@ def wandb_run(cfg: BenchConfig, spec: RunSpec, folder: RunFolder):
                       settings=wandb.Settings(silent=True))
 
 
-# ------------------------------------------------------------------------------- driver
-def run_one(cfg: BenchConfig, spec: RunSpec, folder: RunFolder, bar: Progress,
-            stop_after: int | None = None) -> bool:
-    """Train (or continue) one run, log every iteration, evaluate; True once finished."""
-    from torch.utils.tensorboard import SummaryWriter
-
-    trainer = Trainer(train_config(cfg, spec))
-    if folder.ckpt(spec).exists():
-        trainer.load(str(folder.ckpt(spec)))
-        folder.log(f"{spec.key}: resumed from iteration {trainer.iteration}")
-    dropped = folder.truncate(spec, trainer.iteration) \
-        + folder.truncate_evals(spec, trainer.iteration)
-    if dropped:
-        folder.log(f"{spec.key}: dropped {dropped} records written after the checkpoint")
-    roles = {r["agent"]: r["role"] for r in select(read_jsonl(folder.metrics), run=spec.key,
-                                                    iteration=trainer.iteration - 1)}
-    if evaluation_due(cfg, trainer.iteration):
-        try_evaluate(trainer, cfg, spec, folder, roles)
-    bar.skip(trainer.iteration)
-    tb = folder.path / "tb" / spec.key  # on resume, TensorBoard drops steps >= purge_step
-    writer = SummaryWriter(str(tb), purge_step=trainer.iteration if tb.exists() else None)
-    wandb = wandb_run(cfg, spec, folder) if cfg.wandb else None
-    try:
-        while trainer.iteration < cfg.train.iterations:
-            if stop_after is not None and trainer.iteration >= stop_after:
-                return False
-            records = flatten(trainer.step(), spec)
-            folder.append(records)
-            if evaluation_due(cfg, trainer.iteration):
-                try_evaluate(trainer, cfg, spec, folder, {r["agent"]: r["role"] for r in records})
-            scalars = {f"{r['agent']}/{name}": value for r in records
-                       for name, value in numeric(r).items()}
-            for name, value in scalars.items():
-                writer.add_scalar(name, value, records[0]["iteration"])
-            writer.flush()
-            if wandb is not None:
-                wandb.log({**scalars, "iteration": records[0]["iteration"]})
-            if trainer.iteration % cfg.checkpoint_every == 0 \
-                    or trainer.iteration == cfg.train.iterations:
-                trainer.save(str(folder.ckpt(spec)))
-            folder.log(_iteration_line(spec, records))
-            bar.update(1, f"{spec.key} it {trainer.iteration - 1}")
-    finally:
-        writer.close()
-        if wandb is not None:
-            wandb.finish()
-    folder.done_marker(spec).parent.mkdir(parents=True, exist_ok=True)
-    folder.done_marker(spec).touch()
-    folder.log(f"{spec.key}: finished")
-    del trainer
-    gc.collect()
-    return True
-
-
-def _iteration_line(spec: RunSpec, records: list[dict]) -> str:
-    """The log line of one iteration."""
-    parts = [f"{r['agent']}({r['role'][0]}) reward {r['task_reward']:.4g} kl {r['kl']:.4g}"
-             for r in records]
-    times = sum(records[0].get(k, 0.0) for k in TIME_FIELDS)
-    return f"{spec.key} it {records[0]['iteration']}: " + ", ".join(parts) + f" [{times:.1f}s]"
+class StudyFailed(RuntimeError):
+    """Runs of a study failed on their workers (the others finished; the report is written)."""
 
 
 def run_benchmark(cfg: BenchConfig, out: str | os.PathLike, resume: bool = False,
                   progress: bool = True, stop_after: int | None = None,
-                  allow_changed_code: bool = False) -> Path:
+                  allow_changed_code: bool = False, execution: Execution | None = None) -> Path:
     """Run (or resume) every run of cfg in folder `out`, then write plots and report.md.
 
-    The folder is locked for the whole call (a second writer gets FolderBusy). A fresh run
-    that fails before its first record leaves nothing behind. `stop_after` (testing): stop
-    every run after that many iterations, as a kill would.
+    The folder is locked for the whole call (a second writer gets FolderBusy); this process
+    writes every file of it, wherever the runs execute (`execution`: this process, local
+    workers or a Ray cluster). A fresh run that fails before its first record leaves nothing
+    behind. Runs that fail on their workers are named by StudyFailed once the others are done
+    and the report is written. `stop_after` (testing): stop every run after that many
+    iterations, as a kill would.
     """
+    execution = (execution or Execution()).check(cfg.threads, cfg.wandb)
     folder = RunFolder(out)
     existed = folder.path.exists()
     before = set(folder.path.iterdir()) if existed else set()
@@ -421,7 +293,7 @@ def run_benchmark(cfg: BenchConfig, out: str | os.PathLike, resume: bool = False
     try:
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
-        return _run_all(cfg, folder, resume, progress, stop_after, allow_changed_code)
+        return _run_all(cfg, folder, resume, progress, stop_after, allow_changed_code, execution)
     except BaseException:
         if not resume and not folder.metrics.exists():  # a failed start: undo it
             lock.release()
@@ -436,7 +308,7 @@ def run_benchmark(cfg: BenchConfig, out: str | os.PathLike, resume: bool = False
 
 
 def _run_all(cfg: BenchConfig, folder: RunFolder, resume: bool, progress: bool,
-             stop_after: int | None, allow_changed_code: bool = False) -> Path:
+             stop_after: int | None, allow_changed_code: bool, execution: Execution) -> Path:
     """run_benchmark's body (under the folder's lock): runs not yet done, then the report."""
     if resume:
         saved = folder.saved_config()
@@ -449,23 +321,52 @@ def _run_all(cfg: BenchConfig, folder: RunFolder, resume: bool, progress: bool,
         folder.log(f"removed {orphan.relative_to(folder.path)}, left by an interrupted save")
     refresh_mechanism(cfg, folder)
     specs = run_specs(cfg)
-    bar = Progress(len(specs) * cfg.train.iterations, enabled=progress)
-    folder.log(f"{'resuming' if resume else 'starting'} {len(specs)} runs")
+    todo = [s for s in specs if not folder.done_marker(s).exists()]
+    engine = make_engine(execution, cfg.threads, gpus=1.0 if cfg.train.device.startswith("cuda")
+                         else 0.0)
+    bar = Progress(cfg, specs, engine.capacity, enabled=progress)
+    for spec in specs:
+        if spec not in todo:
+            bar.finished(spec.key)
+    if engine.ckpt_dir is None and execution.ray is None:  # this machine: the folder itself
+        engine.ckpt_dir = str(folder.path / "ckpt")
+        (folder.path / "ckpt").mkdir(parents=True, exist_ok=True)
+    folder.log(f"{'resuming' if resume else 'starting'} {len(specs)} runs ({len(todo)} to run"
+               f"{_where(execution, cfg.threads)}; {thread_setting()})")
     if cfg.kl_coef_sweep:  # the grid every task runs, as recorded in run_config.json
         grid = ", ".join(f"{c:g}" for c in cfg.kl_coef_sweep)
         folder.log(f"KL-coefficient sweep: {grid} (fixed, on every task)")
         print(f"KL-coefficient sweep: {grid} (fixed, on every task)", file=sys.stderr)
-    finished = True
-    for spec in specs:
-        if folder.done_marker(spec).exists():
-            bar.skip(cfg.train.iterations)
-            continue
-        finished &= run_one(cfg, spec, folder, bar, stop_after)
+    failed = run_study(cfg, folder, todo, engine, bar, stop_after,
+                       wandb_run if cfg.wandb and execution.workers == 1 else None)
     bar.close()
+    if failed and not folder.metrics.exists():  # nothing ran: no report, the start undone
+        raise StudyFailed(_failures(failed, folder))
+    canonical_order(folder, specs)
+    finished = all(folder.done_marker(s).exists() for s in specs)
     from .report import write_report  # deferred: `python -m benchmarks.report` runs it as main
 
     path = write_report(folder.path)
     folder.log(f"report written ({'complete' if finished else 'partial'})")
+    if failed:
+        raise StudyFailed(_failures(failed, folder) + "; the others finished and the report is "
+                          "written; --resume runs the failed ones again")
     return path
 
 
+def _failures(failed: dict[str, str], folder: RunFolder) -> str:
+    """Each failed run's traceback on stderr; the one-line summary naming them."""
+    for key, why in failed.items():
+        print(f"{key} failed:\n{why}", file=sys.stderr)
+    last = next(iter(failed.values())).strip().splitlines()[-1]
+    return (f"{len(failed)} run(s) failed: {', '.join(failed)} ({last}; tracebacks above and "
+            f"in {folder.path / 'log.txt'})")
+
+
+def _where(execution: Execution, threads: int) -> str:
+    """', on N workers of T threads' for the log line (nothing for this process)."""
+    if execution.ray is not None:
+        return f", on Ray at {execution.ray}, {max(threads, 1)} CPU(s) a run"
+    if execution.workers > 1:
+        return f", {execution.workers} at once, {max(threads, 1)} thread(s) each"
+    return ""

@@ -43,9 +43,9 @@ from agents.llm.rollout import answer_alone
 from agents.llm.sampling import SamplingConfig
 from agents.refmodels.measure import as_policy, forced_tokens, play_episode
 from agents.training.checkpoint import read_checkpoint
-from agents.training.config import TrainConfig
+from agents.training.config import TrainConfig, tokenizer_folder
 from agents.training.restore import load_agents, run_tokenizer, saved_config
-from agents.training.train import Trainer, build_policies, default_model, model_of, tokenizer_folder
+from agents.training.train import Trainer, build_policies, default_model, model_of
 from cory_common.files import atomic_write
 from cory_env import make_task
 

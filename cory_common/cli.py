@@ -163,6 +163,8 @@ def add_options(parser: argparse.ArgumentParser, cls, defaults=None,
         f, tp = field_at(cls, opt.path)
         shown = get(defaults, opt.path) if opt.kind != "switch" else \
             get(defaults, opt.path) is not None
+        if shown is None and f.default is not dataclasses.MISSING and f.default is not None:
+            shown = f.default  # under an optional config that is off: its own default
         help_ = f"{f.metadata.get('help', '')} (default: {shown!r})".strip()
         if dest in (special or {}):
             parser.add_argument("--" + opt.flag, dest=dest, help=help_, **special[dest])
@@ -243,3 +245,31 @@ def add_import_option(parser: argparse.ArgumentParser) -> None:
     learners or tasks, loaded (`cory_common.plugins.load_plugins`) before any name is read."""
     parser.add_argument("--import", dest="imports", action="append", default=[],
                         metavar="MODULE_OR_FILE", help=IMPORT_HELP)
+
+
+class Parser(argparse.ArgumentParser):
+    """Every command line's parser: a bad option says what is wrong in one line and where the
+    help is, not the whole usage block first; options are never abbreviated."""
+
+    def __init__(self, prog: str, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(prog=prog, **kwargs)
+
+    def error(self, message: str):
+        """Exit 2 with `prog: error: message` and the way to the help."""
+        self.exit(2, f"{self.prog}: error: {message}\n(see {self.prog} --help)\n")
+
+
+def in_flags(message: str, cls) -> str:
+    """A validation message with each `Class.field` it names followed by its option, so a
+    command-line user reads the flag they typed: "KLConfig.penalty must be ..." becomes
+    "--kl-penalty (KLConfig.penalty) must be ..."."""
+    for opt in options(cls):
+        owner = cls
+        for name in opt.path[:-1]:
+            owner = _unwrap_optional(typing.get_type_hints(owner)[name])[0]
+        key = f"{owner.__name__}.{opt.path[-1]}"
+        if key in message and f"--{opt.flag}" not in message:
+            message = message.replace(key, f"--{opt.flag} ({key})")
+    return message

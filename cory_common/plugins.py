@@ -15,6 +15,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 import sys
+import traceback
 import warnings
 from pathlib import Path
 
@@ -37,16 +38,35 @@ def load_plugin(spec: str):
         sys.modules[name] = module
         try:
             module_spec.loader.exec_module(module)
-        except Exception:
+        except Exception as err:
             del sys.modules[name]
-            raise
+            raise ValueError(plugin_error(spec, err, path)) from None
     else:
         try:
             module = importlib.import_module(spec)
         except ModuleNotFoundError as err:
-            raise ValueError(f"--import {spec!r}: {err} (is its folder on PYTHONPATH?)") from None
+            if err.name and spec.startswith(err.name):  # the plugin itself is missing
+                raise ValueError(f"--import {spec!r}: {err} (is its folder on PYTHONPATH?)"
+                                 ) from None
+            raise ValueError(plugin_error(spec, err)) from None
+        except Exception as err:
+            raise ValueError(plugin_error(spec, err)) from None
     _LOADED[spec] = module
     return module
+
+
+def plugin_error(spec: str, err: BaseException, path: Path | None = None) -> str:
+    """What went wrong importing a plugin, in one line: the file and line of the mistake (a
+    syntax error's own, else the plugin's deepest frame) and the error."""
+    if isinstance(err, SyntaxError):
+        where = f"{err.filename}, line {err.lineno}"
+        text = f": {err.text.strip()}" if err.text else ""
+        return f"--import {spec!r}: {err.msg} ({where}{text})"
+    frames = traceback.extract_tb(err.__traceback__)
+    mine = [f for f in frames if (Path(f.filename).resolve() == path if path is not None
+                                 else not f.filename.startswith("<"))] or frames
+    where = f" ({mine[-1].filename}, line {mine[-1].lineno})" if mine else ""
+    return f"--import {spec!r} raised {type(err).__name__}: {err}{where}"
 
 
 def load_plugins(specs) -> None:

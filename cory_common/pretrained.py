@@ -13,6 +13,7 @@ model, with no hub. `check_model` says what is wrong with a name before anything
 
 from __future__ import annotations
 
+import difflib
 import functools
 import hashlib
 import importlib.util
@@ -132,6 +133,34 @@ def check_model(name, what: str = "model") -> None:
         if not path.is_file():
             raise ValueError(f"{what}={name!r}: no such GGUF file")
         gguf_architecture(path, what)
+    elif isinstance(name, (str, os.PathLike)) and Path(name).expanduser().is_dir():
+        check_model_folder(Path(name).expanduser(), name, what)
+    elif isinstance(name, str):
+        close = difflib.get_close_matches(name.lower(), PRETRAINED, n=1, cutoff=0.6)
+        if close:
+            raise ValueError(f"{what}={name!r} is not a known model or a local folder: did you "
+                             f"mean {close[0]!r}? (known short names: "
+                             f"{', '.join(sorted(PRETRAINED))}; any other name is read from the "
+                             f"Hugging Face hub)")
+
+
+MODEL_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+               "pytorch_model.bin.index.json")
+
+
+def check_model_folder(folder: Path, name, what: str = "model") -> None:
+    """A folder given as a model holds a config.json and weights; else a ValueError naming
+    what is missing and what the folder holds."""
+    files = sorted(p.name for p in folder.iterdir())
+    missing = [f for f in ("config.json",) if f not in files]
+    if not any(f in MODEL_FILES or f.endswith(".safetensors") for f in files):
+        missing.append(f"weights ({' or '.join(MODEL_FILES[::2])})")
+    if missing:
+        shown = ", ".join(files[:8]) + (", ..." if len(files) > 8 else "") or "nothing"
+        raise ValueError(f"{what}={str(name)!r} is a folder but not a model: it has no "
+                         f"{' and no '.join(missing)} (it holds {shown}); give a folder saved "
+                         f"by save_pretrained, a GGUF file, or a known short name "
+                         f"({', '.join(sorted(PRETRAINED))})")
 
 
 @functools.lru_cache(maxsize=16)

@@ -15,11 +15,11 @@ random tokens.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Mapping
 
 import numpy as np
 
+from cory_common import cli
 from cory_common.cli import add_import_option
 from cory_common.plugins import load_plugins
 
@@ -75,11 +75,11 @@ def evaluate(policies: Mapping[str, Policy] | Policy, episodes: int = 16, seed: 
 
 def main(argv=None) -> dict:
     """Play a few episodes per task, print each transcript and the roles' scores."""
-    p = argparse.ArgumentParser(description=__doc__, allow_abbrev=False,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--tasks", default="sentiment,arithmetic", help="comma list of tasks")
-    p.add_argument("--episodes", type=int, default=2)
-    p.add_argument("--seed", type=int, default=0)
+    p = cli.Parser("python -m cory_env.demo", description=__doc__)
+    p.add_argument("--tasks", default="sentiment,arithmetic",
+                   help="comma list of tasks, each played in turn (default: %(default)s)")
+    p.add_argument("--episodes", type=int, default=2, help="episodes per task (default: 2)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the queries and random answers")
     p.add_argument("--n-agents", type=int, default=2, help="agents in the chain (K)")
     p.add_argument("--policy", action="append", default=[], metavar="ROLE=SPEC",
                    help="a str -> str function for a role, e.g. observer=mymod:answer")

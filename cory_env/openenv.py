@@ -26,10 +26,11 @@ Needs `pip install 'cory[openenv]'`.
 
 from __future__ import annotations
 
-import argparse
 import logging
 from collections.abc import Mapping
 from typing import Any
+
+from cory_common import cli
 
 try:
     from fastapi.responses import JSONResponse
@@ -43,7 +44,7 @@ from cory_common.plugins import load_plugins
 
 from .core import role_names
 from .seats import Policy, parse_policies, play_role, seat
-from .service import Connections, serve
+from .service import Connections, check_port, serve
 from .text import text_env
 
 
@@ -156,16 +157,15 @@ def app(role: str | None = None, policies: Mapping[str, Policy] | None = None,
 
 def main(argv=None) -> None:
     """Serve the text env on localhost for OpenEnv clients."""
-    p = argparse.ArgumentParser(description=__doc__, allow_abbrev=False,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--task", default="course")
+    p = cli.Parser("python -m cory_env.openenv", description=__doc__)
+    p.add_argument("--task", default="course", help="the one task served (default: course)")
     p.add_argument("--role", default=None, help="the role the client plays (none: all)")
     p.add_argument("--policy", action="append", default=[], metavar="ROLE=SPEC",
                    help="a str -> str function for a hosted role, e.g. pioneer=mymod:answer")
-    p.add_argument("--n-agents", type=int, default=2)
+    p.add_argument("--n-agents", type=int, default=2, help="agents in the chain, K (default: 2)")
     p.add_argument("--rounds", type=int, default=1, help="rounds: each agent answers R times")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback)")
+    p.add_argument("--port", type=int, default=8000, help="port to listen on (default: 8000)")
     p.add_argument("--max-connections", type=int, default=8, help="client connections at once")
     p.add_argument("--idle-timeout", type=float, default=300.0, metavar="SECONDS",
                    help="close a connection that sends nothing for this long")
@@ -176,6 +176,7 @@ def main(argv=None) -> None:
         policies = parse_policies(args.policy, role_names(args.n_agents))
         server = app(args.role, policies, args.max_connections, args.idle_timeout,
                      task=args.task, n_agents=args.n_agents, rounds=args.rounds)
+        check_port(args.host, args.port)
     except ValueError as err:
         p.error(str(err))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")

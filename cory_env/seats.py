@@ -61,7 +61,11 @@ def load_policy(spec: str) -> Policy:
     module, sep, name = spec.rpartition(":")
     if not sep or not module or not name:
         raise ValueError(f"a policy is module:name or file.py:name, got {spec!r}")
-    found = getattr(load_plugin(module), name, None)
+    try:
+        found = getattr(load_plugin(module), name, None)
+    except ValueError as err:  # said as the policy it is, not as an --import
+        raise ValueError(f"policy {spec!r}: " + str(err).replace(f"--import {module!r}",
+                                                                f"module {module!r}")) from None
     if not callable(found):
         raise ValueError(f"{spec!r}: {module} has no callable {name!r}")
     return found

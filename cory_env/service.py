@@ -206,6 +206,20 @@ class Connections:
         return safe
 
 
+def check_port(host: str, port: int) -> None:
+    """A ValueError naming the address when nothing can listen there (in use, or not this
+    machine's), so the server says so before announcing itself."""
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((host, port))
+    except OSError as err:
+        raise ValueError(f"--host {host} --port {port}: cannot listen there ({err.strerror}); "
+                         f"choose another --port") from None
+
+
 def serve(connections: Connections, host: str, port: int, log_level: str = "warning") -> None:
     """Serve until SIGTERM or SIGINT, close every connection (1012), log the totals and return."""
     import uvicorn

@@ -12,6 +12,8 @@ import argparse
 import os
 import time
 
+from cory_common import cli
+
 # Tianshou JIT-compiles a few buffer helpers with numba on first use, which costs more time
 # than this whole run spends in them; the pure-Python versions give identical results.
 os.environ.setdefault("NUMBA_DISABLE_JIT", "1")
@@ -23,7 +25,7 @@ from agents.interop.tianshou import train_course  # noqa: E402
 
 def parse_args(argv=None) -> argparse.Namespace:
     """Command-line options."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = cli.Parser("python -m examples.tianshou_course", description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--threads", type=int, default=1,

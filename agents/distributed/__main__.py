@@ -18,6 +18,7 @@ import json
 import os
 import sys
 
+from cory_common import cli
 from cory_common.files import atomic_write, remove_dir, remove_orphans
 
 from ..training.config import TrainConfig, add_train_options, catalogue, train_config_from
@@ -36,9 +37,8 @@ from .trainer import DistributedTrainer, make_accelerator
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict]:
     """The parser and its {dest: TrainConfig field path} table."""
-    p = argparse.ArgumentParser(prog="python -m agents.distributed", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                argument_default=argparse.SUPPRESS, allow_abbrev=False,
+    p = cli.Parser("python -m agents.distributed", description=__doc__,
+                                argument_default=argparse.SUPPRESS,
                                 epilog=catalogue())
     paths = add_train_options(p)
     p.add_argument("--cpu", action="store_true", help="train on CPU even if a GPU is visible")

@@ -347,6 +347,10 @@ def register_learner(name: str):
     def add(cls):
         if not (isinstance(cls, type) and issubclass(cls, Learner)):
             raise TypeError(f"register_learner({name!r}) needs a Learner subclass, got {cls!r}")
+        if cls.update is Learner.update:
+            raise TypeError(f"learner {name!r} ({cls.__qualname__}) has no update(turns, "
+                            f"iteration): every learner turns a rollout into updates there "
+                            f"(agents/learners/reinforce.py is the worked example)")
         check_not_builtin("learner", name, _LEARNERS, cls, ("agents",))
         cls.name = name
         _LEARNERS[name] = cls

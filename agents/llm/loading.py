@@ -6,11 +6,12 @@ import importlib.util
 import inspect
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
+from cory_common.checks import meta
 from cory_common.files import check_hub_name
 from cory_common.pretrained import resolve_model
 
@@ -19,10 +20,11 @@ from cory_common.pretrained import resolve_model
 class LoraSettings:
     """LoRA hyper-parameters; target_modules None means peft's default for the architecture."""
 
-    r: int = 16
-    alpha: int = 32
-    dropout: float = 0.05
-    target_modules: list[str] | None = None
+    r: int = field(default=16, metadata=meta("LoRA rank: the adapters' inner width"))
+    alpha: int = field(default=32, metadata=meta("LoRA alpha: the update is scaled by alpha / r"))
+    dropout: float = field(default=0.05, metadata=meta("dropout on the adapters' input"))
+    target_modules: list[str] | None = field(default=None, metadata=meta(
+        "modules that get adapters, comma list (none: peft's default for the architecture)"))
 
     def __post_init__(self):
         self.check()

@@ -15,6 +15,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from cory_common import cli
 from cory_env.data.tokenizer import TASKS
 
 from .budgets import BUDGETS
@@ -45,9 +46,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     """The command line's parser."""
-    parser = argparse.ArgumentParser(prog="python -m agents.refmodels", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     argument_default=argparse.SUPPRESS, allow_abbrev=False)
+    parser = cli.Parser("python -m agents.refmodels", description=__doc__,
+                                     argument_default=argparse.SUPPRESS)
     parser.add_argument("--tasks", default=",".join(TASKS),
                         help="comma-separated tasks (default: %(default)s)")
     parser.add_argument("--budget", default=None, choices=sorted(BUDGETS),

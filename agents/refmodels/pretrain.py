@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from cory_common.files import cache_dir, cached_dir, remove_dir
+from cory_common.threads import POLICY, SPIN, busy_cores, wait_env
 
 from ..llm.loading import cache_kwarg
 from ..llm.speed import threads
@@ -89,40 +90,13 @@ def _launch(task: str, budget: str, out: Path, verbose: bool = True) -> None:
     subprocess.run(cmd, env=env, check=True)
 
 
-_OMP_WAIT_VARS = {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"}
+_OMP_WAIT_VARS = {POLICY, SPIN}
 
 
 def _omp_wait_env(load: float | None = None) -> dict[str, str]:
-    """OpenMP wait settings for a build child: short spins when idle, passive when busy.
-
-    ``load`` is the number of busy cores (default: measured now, ``_busy_cores``). The default
-    spin-waiting is slow next to other jobs, fully passive waiting slow on an idle machine
-    (docs/offline-models.md has the timings).
-    """
-    load = _busy_cores() if load is None else load
-    if load > 0.75:
-        return {"OMP_WAIT_POLICY": "PASSIVE"}
-    return {"GOMP_SPINCOUNT": "2000"}
-
-
-def _busy_cores(seconds: float = 0.5) -> float:
-    """How many cores other work keeps busy now (from /proc/stat; else the 1-minute load).
-
-    The load average would still count the build that just finished, so it is only a fallback.
-    """
-    def sample() -> list[int]:
-        with open("/proc/stat") as f:
-            return [int(x) for x in f.readline().split()[1:]]
-
-    try:
-        a = sample()
-        time.sleep(seconds)
-        b = sample()
-    except (OSError, ValueError):
-        return os.getloadavg()[0]
-    delta = [y - x for x, y in zip(a, b)]
-    idle = delta[3] + (delta[4] if len(delta) > 4 else 0)  # idle + iowait
-    return (1 - idle / max(1, sum(delta))) * (os.cpu_count() or 1)
+    """OpenMP wait settings for a build child: short spins when idle, passive when busy
+    (`cory_common.threads.wait_env`; docs/offline-models.md has the timings)."""
+    return wait_env(busy_cores(0.5) if load is None else load, idle_spin="2000")
 
 
 def _lr_lambda(b: Budget) -> Callable[[int], float]:

@@ -8,13 +8,15 @@ budget), checked before any model loads, and how command lines and saved runs be
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
+import warnings
 from dataclasses import dataclass, field
 
 import torch
 
 from cory_common.checks import check_fields, check_int, meta
-from cory_common.cli import add_import_option, add_options, apply
+from cory_common.cli import add_import_option, add_options, apply, in_flags
 from cory_common.files import check_local_path
 from cory_common.plugins import load_plugins
 from cory_common.pretrained import check_model
@@ -89,6 +91,7 @@ class TrainConfig(LearnerConfig):
         cfg._check_numbers()
         super(TrainConfig, cfg).validate()  # the learner's: ppo (and its kl), sampling, t_rex, ...
         cfg._check_run(names, method)
+        cfg._check_chain_fits(method, k)
         return self if cfg == self else cfg
 
     def _check_kinds(self) -> None:
@@ -218,6 +221,35 @@ class TrainConfig(LearnerConfig):
                     f"max_new_tokens={max_new} = {k * max_new} answer tokens (+ the query) "
                     f"cannot fit; lower max_new_tokens or n_agents")
 
+    def _check_chain_fits(self, method, k: int) -> None:
+        """A chain (K > 2 agents, or rounds) fits each local model's positions: its longest
+        prompt plus an answer, and for a model that reads the whole transcript (MAPPO's critic)
+        every turn; refused here, naming the numbers, before any model loads."""
+        if k * self.rounds <= 2 or not isinstance(self.task, str):
+            return  # one or two turns: _check_lengths
+        paths = {"model": self.model, **{f"models[{a!r}]": p for a, p in self.models.items()}}
+        positions = {what: n for what, path in paths.items() if path is not None
+                     and (n := _positions(path)) is not None}
+        if not positions:
+            return
+        tokenizer = tokenizer_folder(self.models.get("llm_0", self.model))
+        L, T, turns = chain_lengths(self.task, tuple(sorted(self.task_options.items())),
+                                    tokenizer, k, self.rounds, self.max_new_tokens,
+                                    method.structure.knowledge_transfer,
+                                    method.structure.reward_mode)
+        joint = bool(method.learner.joint_reader)
+        need = L + (turns - 1) * T if joint else L
+        for what, limit in positions.items():
+            if need > limit:
+                reads = (f"a critic reading all {turns} turns ({L} + {turns - 1} x {T})"
+                         if joint else "its longest prompt and answer")
+                raise ValueError(
+                    f"n_agents={k} x rounds={self.rounds} does not fit {what}="
+                    f"{str(paths[what])!r}: the chain needs {need} positions for {reads} "
+                    f"(context {L}: the query, the templates and up to {turns - 1} earlier "
+                    f"answers of max_new_tokens={T}), the model has {limit}; use fewer agents "
+                    f"or rounds, a smaller max_new_tokens, or a model with more positions")
+
     def agents_count(self, method=None) -> int:
         """K: n_agents, else the method's default; a ValueError naming a K it cannot train
         (`method`: the method already resolved)."""
@@ -253,7 +285,10 @@ def train_config_from(args, paths: dict, **fixed) -> TrainConfig:
     load_plugins(getattr(args, "imports", None))
     given = {paths[k]: v for k, v in vars(args).items() if k in paths}
     cfg = dataclasses.replace(apply(TrainConfig(), given), **fixed)
-    return mini_batch_follows(cfg, {path[-1] for path in given}).validate()
+    try:
+        return mini_batch_follows(cfg, {path[-1] for path in given}).validate()
+    except ValueError as err:  # name the option typed, not only the field
+        raise ValueError(in_flags(str(err), TrainConfig)) from None
 
 
 def mini_batch_follows(cfg: TrainConfig, given: set[str]) -> TrainConfig:
@@ -300,3 +335,34 @@ def catalogue() -> str:
         opts = ", ".join(f"{k}={v!r}" for k, v in task_defaults(task).items())
         lines.append(f"  {task}: {opts or '(none)'}")
     return "\n".join(lines)
+
+
+def _positions(path) -> int | None:
+    """The positions of a local model folder (None: not local, or not said)."""
+    folder = os.path.expanduser(str(path))
+    return model_positions(folder) if os.path.isdir(folder) else None
+
+
+def tokenizer_folder(path) -> str | None:
+    """The model folder when it holds a tokenizer (the env then builds prompts with it), else
+    None."""
+    folder = os.path.expanduser(str(path)) if path is not None else None
+    if folder and os.path.isdir(folder) and any(f.startswith("tokenizer")
+                                                for f in os.listdir(folder)):
+        return folder
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def chain_lengths(task: str, options: tuple, tokenizer: str | None, k: int, rounds: int,
+                  max_new_tokens: int | None, knowledge_transfer: bool, reward_mode: str
+                  ) -> tuple[int, int, int]:
+    """(context L, answer T, turns) of a chain's episodes, as the env lays them out (its
+    templates and the split's longest query; no model is loaded)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ep = EnvConfig(task=make_task(task, **dict(options)), tokenizer=tokenizer, n_agents=k,
+                       rounds=rounds, max_new_tokens=max_new_tokens,
+                       knowledge_transfer=knowledge_transfer,
+                       reward_mode=reward_mode).episodes()
+    return ep.L, ep.T, ep.n_turns

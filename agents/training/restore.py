@@ -14,8 +14,8 @@ from cory_env import make_task
 from ..llm.sampling import SamplingConfig
 from ..llm.text import TextPolicy
 from .checkpoint import load_trainable_state, read_checkpoint
-from .config import TrainConfig
-from .train import build_policies, model_of, tokenizer_folder
+from .config import TrainConfig, tokenizer_folder
+from .train import build_policies, model_of
 
 
 def saved_config(state: dict) -> TrainConfig:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import os
 import time
 import warnings
 from contextlib import contextmanager
@@ -33,7 +32,7 @@ from ..llm.policy import LLMPolicy
 from ..llm.rollout import rollout
 from ..refmodels import reference_lm
 from .checkpoint import load_checkpoint, save_checkpoint
-from .config import TrainConfig, check_device, more_samples
+from .config import TrainConfig, check_device, more_samples, tokenizer_folder
 
 
 def oom_advice(cfg: TrainConfig, phase: str) -> str:
@@ -93,14 +92,6 @@ def model_of(cfg: TrainConfig, agent: str) -> str | None:
     """The model an agent starts from: models[agent], else model (None: the offline LM); a
     short name or a GGUF file as its converted local folder."""
     return resolve_model(cfg.models.get(agent, cfg.model))
-
-
-def tokenizer_folder(model: str | None) -> str | None:
-    """The model folder when it holds a tokenizer, else None."""
-    if model and os.path.isdir(model) and any(f.startswith("tokenizer")
-                                              for f in os.listdir(model)):
-        return model
-    return None
 
 
 def check_tokenizers(cfg: TrainConfig, agents: list[str], task) -> None:

@@ -1,4 +1,5 @@
-"""`course`: a tiny colour-naming task for tutorials, interop demos and fast tests.
+"""`course`: a tiny colour-naming task for tutorials, interop demos and fast tests (and
+`colours`, the exercises' variant whose reward counts colour words).
 
 The query names a thing ("colour of snow ?") and the answer is its colour ("white"):
 
@@ -79,4 +80,17 @@ class CourseTask(Task):
     def reward(self, queries: Sequence[Query], responses: Sequence[str]) -> np.ndarray:
         """The colour reward of each response (see `colour_reward`)."""
         return np.array([colour_reward(q.answer, r) for q, r in zip(queries, responses)],
+                        dtype=np.float32)
+
+
+@register_task("colours")
+class ColoursTask(CourseTask):
+    """The course prompts, but the reward counts colour words in the answer (0, 1 or 2): the
+    exercises' task (docs/exercises.md), where copying a good answer pays in full."""
+
+    name = "colours"
+
+    def reward(self, queries: Sequence[Query], responses: Sequence[str]) -> np.ndarray:
+        """Number of colour words in each response."""
+        return np.array([sum(w in COLOURS for w in r.split()) for r in responses],
                         dtype=np.float32)

@@ -1,29 +1,16 @@
-"""Shared helpers for the exercises: a `colours` task, a tiny LM for it and a short config."""
+"""Shared helpers for the exercises: a tiny LM for the `colours` task (registered by cory_env:
+`cory_env.tasks.course.ColoursTask`) and a short config."""
 
 from __future__ import annotations
 
 import os
 
-import numpy as np
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from agents.learners.ppo import KLConfig, PPOConfig
 from agents.training.config import TrainConfig
-from cory_env import register_task
-from cory_env.tasks.course import COLOURS, CourseTask, course_tokenizer
-
-
-@register_task("colours")
-class ColoursTask(CourseTask):
-    """The course prompts, but the reward counts colour words in the answer (0, 1 or 2)."""
-
-    name = "colours"
-
-    def reward(self, queries, responses):
-        """Number of colour words in each response."""
-        return np.array([sum(w in COLOURS for w in r.split()) for r in responses],
-                        dtype=np.float32)
+from cory_env.tasks.course import course_tokenizer
 
 
 def course_lm(folder: str) -> str:

@@ -11,11 +11,11 @@ through `agents.llm.text.text_policy`. Every pair plays the text env with
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 
 from agents.llm.text import text_policy
 from agents.training.train import Trainer
+from cory_common import cli
 from cory_env.demo import evaluate
 from cory_env.tasks.course import THINGS
 
@@ -37,7 +37,7 @@ def copycat(prompt: str) -> str:
 def main(argv=None) -> dict:
     """Play rules, an untrained and a trained course LM in both roles; print and return the
     mean reward and copy rate of each pairing."""
-    p = argparse.ArgumentParser(description=__doc__)
+    p = cli.Parser("python -m examples.exercises.ex1_text", description=__doc__)
     p.add_argument("--iterations", type=int, default=8)
     p.add_argument("--episodes", type=int, default=32)
     args = p.parse_args(argv)

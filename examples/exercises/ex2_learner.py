@@ -5,13 +5,13 @@ Run: python -m examples.exercises.ex2_learner
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 from dataclasses import replace
 
 from agents.learners.base import Learner, register_learner, register_method
 from agents.learners.cory import CORY
 from agents.training.train import Trainer
+from cory_common import cli
 
 from .common import course_config, course_lm
 
@@ -53,7 +53,7 @@ register_method("cory-reinforce-ema", "reinforce-ema", CORY)  # the same on CORY
 def main(argv=None) -> list[float]:
     """Train cory-reinforce-ema (the learner on CORY's structure) on the colours task; print
     and return llm_0's reward curve."""
-    p = argparse.ArgumentParser(description=__doc__)
+    p = cli.Parser("python -m examples.exercises.ex2_learner", description=__doc__)
     p.add_argument("--iterations", type=int, default=8)
     args = p.parse_args(argv)
     tmp = tempfile.TemporaryDirectory(prefix="course-lm-")

@@ -10,7 +10,6 @@ Run: python -m examples.exercises.ex3_rewards
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 
 import torch
@@ -18,6 +17,7 @@ import torch
 from agents.learners.base import register_learner
 from agents.learners.ppo_learner import PPO
 from agents.training.train import Trainer
+from cory_common import cli
 
 from .common import course_config, course_lm
 
@@ -42,7 +42,7 @@ class DifferencePPO(PPO):
 
 def main(argv=None) -> dict[str, float]:
     """Train cory, cory-individual and ippo-difference; print the final collective reward."""
-    p = argparse.ArgumentParser(description=__doc__)
+    p = cli.Parser("python -m examples.exercises.ex3_rewards", description=__doc__)
     p.add_argument("--iterations", type=int, default=8)
     args = p.parse_args(argv)
     tmp = tempfile.TemporaryDirectory(prefix="course-lm-")

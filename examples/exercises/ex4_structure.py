@@ -10,17 +10,17 @@ Run: python -m examples.exercises.ex4_structure
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 
 from agents.training.train import Trainer
+from cory_common import cli
 
 from .common import course_config, course_lm
 
 
 def main(argv=None) -> dict[str, dict]:
     """Train cory and its two ablations; print each model's final reward and KL."""
-    p = argparse.ArgumentParser(description=__doc__)
+    p = cli.Parser("python -m examples.exercises.ex4_structure", description=__doc__)
     p.add_argument("--iterations", type=int, default=8)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)

@@ -1,6 +1,6 @@
 """Exercise 6 (solution): a two-player game played by two functions, then one side trained.
 
-Run: python -m examples.exercises.ex6_game     (SmolLM2-135M plays; a few minutes on a CPU)
+Run: python -m examples.exercises.ex6_game     (SmolLM2-135M plays; docs/exercises.md says how long)
 
 First two rules play TicTacToe against each other in the text env (`task="game"`, five
 rounds: one move per turn, the game's own outcome as the reward): `first` plays the first move
@@ -13,12 +13,15 @@ two rules play the same game from every seed; a model samples, so its games diff
 
 from __future__ import annotations
 
-import argparse
+import time
+
+import torch
 
 import cory_env
 from agents.learners.ppo import KLConfig, PPOConfig
 from agents.training.config import TrainConfig
 from agents.training.train import Trainer
+from cory_common import cli
 from cory_env.tasks.games import listed_moves
 
 
@@ -55,23 +58,34 @@ def play(pioneer, observer, games: int) -> dict[str, float]:
 
 
 def train(model: str, iterations: int, batch: int, seed: int = 0) -> list[float]:
-    """PPO for player 0 against the `first` rule; the mean outcome of each iteration."""
+    """PPO for player 0 against the `first` rule; the mean outcome of each iteration, printed
+    as it comes."""
     ppo = PPOConfig(mini_batch_size=batch, lr=1e-5,
                     kl=KLConfig(coef=0.05, penalty="kl", scale_horizon=False))
     cfg = TrainConfig(task="game", task_options={"opponent": "first"}, method="ppo",
                       model=model, rounds=5, max_new_tokens=4, iterations=iterations,
                       batch_size=batch, seed=seed, ppo=ppo)
-    return [m["llm_0"]["task_reward"] for m in Trainer(cfg).run()]
+    print(f"loading {model} and training player 0 for {iterations} iterations of {batch} "
+          f"games...", flush=True)
+    curve, start = [], time.perf_counter()
+    for m in Trainer(cfg).run():
+        curve.append(m["llm_0"]["task_reward"])
+        print(f"  iteration {m['iteration']}: mean outcome {curve[-1]:+.2f} "
+              f"({time.perf_counter() - start:.0f} s)", flush=True)
+    return curve
 
 
 def main(argv=None) -> dict:
     """Rules against rules, then a model trained against a rule; print and return both."""
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--games", type=int, default=20)
-    p.add_argument("--model", default="smollm2-135m")
-    p.add_argument("--iterations", type=int, default=6)
-    p.add_argument("--batch", type=int, default=16)
+    p = cli.Parser("python -m examples.exercises.ex6_game", description=__doc__)
+    p.add_argument("--games", type=int, default=20, help="games of each rule pairing")
+    p.add_argument("--model", default="smollm2-135m", help="the model that learns player 0")
+    p.add_argument("--iterations", type=int, default=3, help="PPO iterations (default: 3)")
+    p.add_argument("--batch", type=int, default=8, help="games per iteration (default: 8)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: every core)")
     args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     rules = {"first -> first": (first, first), "centre -> first": (centre, first),
              "first -> centre": (first, centre)}
     results = {name: play(a, b, args.games) for name, (a, b) in rules.items()}

@@ -171,8 +171,9 @@ def test_cory_shared_trains_one_policy_on_both_roles_and_says_what_each_contribu
         config(toy_lm, "cory-shared", task="toy", models={"llm_1": toy_lm}).validate()
 
 
-def test_a_transcript_over_rounds_longer_than_the_models_positions_is_warned_about(toy_lm):
-    """MAPPO's critic reads every turn of every round: 64 positions are too few here."""
-    with pytest.warns(UserWarning, match="critic's model reads at most 64 positions, but a "
-                                         "chain of 2 agents over 4 rounds can need"):
+def test_a_transcript_over_rounds_longer_than_the_models_positions_is_refused(toy_lm):
+    """MAPPO's critic reads every turn of every round: 64 positions are too few here, and the
+    run is refused before any model loads."""
+    with pytest.raises(ValueError, match=r"n_agents=2 x rounds=4 does not fit model=.*a critic "
+                                         r"reading all 8 turns .* the model has 64"):
         Trainer(config(toy_lm, "cory-mappo", task="toy", rounds=4))

@@ -92,3 +92,20 @@ def test_credit_span_is_one_function():
     assert (credit_span(3, "episode"), credit_span(3, "turn")) == (3, 1)
     assert "credit_span" in dir(Learner) and "rounds" not in dir(Learner)
     assert dataclasses.is_dataclass(PPOBatch)
+
+
+@pytest.mark.parametrize("chain, need", [({"n_agents": 30, "max_new_tokens": 2},
+                                          "n_agents=30 x rounds=1"),
+                                         ({"n_agents": 3, "rounds": 12}, "n_agents=3 x rounds=12"),
+                                         ({"method": "cory-mappo", "n_agents": 8},
+                                          "a critic reading all 8 turns")])
+def test_a_chain_longer_than_the_models_positions_is_refused_before_loading(toy_lm, chain,
+                                                                             need, monkeypatch):
+    import agents.training.train as train
+
+    monkeypatch.setattr(train, "build_policies", lambda *a, **k: pytest.fail("a model loaded"))
+    cfg = TrainConfig(task="toy", model=str(toy_lm), **{"method": "cory", **chain})
+    with pytest.raises(ValueError, match=rf"{need}.*has 64; use fewer agents or rounds"):
+        train.Trainer(cfg)
+    fits = TrainConfig(task="toy", model=str(toy_lm), method="cory", n_agents=3)
+    assert fits.validate().agents_count() == 3  # a chain that fits is not refused

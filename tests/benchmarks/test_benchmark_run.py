@@ -15,8 +15,9 @@ from helpers import mechanism_measurement
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 import benchmarks
+import benchmarks.worker
 import cory_env
-from benchmarks import RunFolder, resolve_config, run_benchmark, runner
+from benchmarks import RunFolder, resolve_config, run_benchmark
 from benchmarks import claims as cl
 from benchmarks import records as rec
 from benchmarks.run import build_parser, config_from_args, main
@@ -253,9 +254,10 @@ def test_a_resume_adds_seeds_and_methods_equal_to_a_run_started_with_them(tiny_l
     (["--preset", "huge"], "invalid choice: 'huge'"),
     (["--batch-size", "12", "--mini-batch-size", "8"], "batch_size=12 must be divisible"),
     (["--iterations", "0"], "iterations must be a positive integer, got 0"),
-    (["--max-tokens-per-pass", "-5"], "max_tokens_per_pass must be None or a positive int"),
-    (["--old-logprobs", "decode"], "PPOConfig.old_logprobs must be one of ('auto', 'sampler', "
-                                   "'recompute'), got 'decode'"),
+    (["--max-tokens-per-pass", "-5"], "--max-tokens-per-pass (PPOConfig.max_tokens_per_pass) "
+                                      "must be None or a positive int"),
+    (["--old-logprobs", "decode"], "--old-logprobs (PPOConfig.old_logprobs) must be one of "
+                                   "('auto', 'sampler', 'recompute'), got 'decode'"),
     (["--kl-coef-sweep", "1e-3,-1"], "kl_coef_sweep values must be positive"),
     (["--eval-samples", "2", "--pass-k", "4"], "pass_k 4 exceeds eval_samples 2"),
     (["--task-options", "reward_model=x", "--tasks", "arithmetic"], "task option 'reward_model'"),
@@ -273,7 +275,7 @@ def test_bad_values_fail_before_any_model_loads(argv, message, capsys, monkeypat
     def no_training(*a, **k):
         raise AssertionError("a model was loaded")
 
-    monkeypatch.setattr(runner, "Trainer", no_training)
+    monkeypatch.setattr(benchmarks.worker, "Trainer", no_training)
     with pytest.raises(SystemExit):
         main(argv)
     assert message in capsys.readouterr().err

@@ -549,3 +549,24 @@ def test_report_and_compare_refuse_a_folder_without_records_and_write_nothing(tm
         err = capsys.readouterr().err
         assert exit_.value.code == 2 and str(folder) in err and "no run records" in err
     assert not (folder / "report.md").exists() and not (tmp_path / "missing").exists()
+
+
+def test_the_rounds_table_shows_every_round_and_says_which_no_game_reached():
+    rows = [{"task": "game", "method": "ippo", "seed": s, "swept_kl_coef": None, "iteration": i,
+             "agent": "llm_0", "role": "pioneer", "position": 0, "task_reward": 0.5, "kl": 0.1,
+             "round_1_task_reward": 0.2, "round_1_kl": 0.05, "round_2_task_reward": 0.5,
+             "round_2_kl": 0.05} for s in (0, 1) for i in range(3)]
+    data = rec.RunData(rows, [], config={"train": {"rounds": 3}})
+    table = "\n".join(rp.rounds_table(data, "game", None))
+    assert "round 3 reward" in table and table.count("not reached") == 2
+    one_seed = rec.mean_std([0.25])
+    assert str(one_seed) == "0.25 (1 seed)"  # no "± 0" for a single seed
+
+
+def test_n_agents_is_refused_when_no_method_runs_a_chain_and_said_when_some_do():
+    from benchmarks.config import resolve_config
+
+    with pytest.raises(ValueError, match=r"--n-agents 3 sets the chain .* ppo train\(s\) one"):
+        resolve_config("offline", methods=["ppo"], n_agents=3)
+    with pytest.warns(UserWarning, match=r"--n-agents 3: ppo keep\(s\) one agent"):
+        resolve_config("offline", methods=["ppo", "cory"], n_agents=3)

@@ -201,15 +201,18 @@ def test_an_edited_plugin_refuses_resume_unless_allowed(model, tmp_path, capsys)
 
 
 def test_a_failed_start_leaves_no_folder_and_the_same_command_then_works(model, tmp_path,
-                                                                          monkeypatch):
+                                                                          monkeypatch, capsys):
     out = tmp_path / "run"
 
     def broken(cfg):
         raise RuntimeError("the model could not load")
 
-    monkeypatch.setattr(runner, "Trainer", broken)
-    with pytest.raises(RuntimeError, match="could not load"):
+    import benchmarks.worker
+
+    monkeypatch.setattr(benchmarks.worker, "Trainer", broken)
+    with pytest.raises(SystemExit) as exit_:
         main(ARGS + ["--model", model, "--out", str(out)])
+    assert exit_.value.code == 1 and "could not load" in capsys.readouterr().err
     assert not out.exists()
     monkeypatch.undo()
     main(ARGS + ["--model", model, "--out", str(out)])
@@ -218,11 +221,16 @@ def test_a_failed_start_leaves_no_folder_and_the_same_command_then_works(model, 
 
 # ------------------------------------------------------------------------------- settings
 def folder_with(tmp_path, name, config=None, files=None):
-    """A model folder holding a config.json and the given files."""
+    """A model folder holding a config.json and the given files (by default an empty, valid
+    model.safetensors: the folder then looks like a model)."""
+    from safetensors.torch import save_file
+
     path = tmp_path / name
     path.mkdir()
     (path / "config.json").write_text(json.dumps(config or {"model_type": "gpt2", "n_embd": 16,
                                                             "n_head": 2, "n_positions": 64}))
+    if files is None:
+        save_file({"h.0.ln_1.weight": torch.zeros(16)}, str(path / "model.safetensors"))
     for fname, data in (files or {}).items():
         (path / fname).write_bytes(data)
     return str(path)

@@ -54,7 +54,7 @@ def test_ex4_structure_flags_change_roles_and_prompts():
         assert history[-1]["llm_1"]["kl"] > 1e-4
 
 
-def test_ex6_rules_play_a_game_and_a_model_trains_against_one(tmp_path):
+def test_ex6_rules_play_a_game_and_a_model_trains_against_one(tmp_path, capsys):
     from helpers import write_tiny_gguf
 
     out = ex6_game.main(["--games", "2", "--iterations", "2", "--batch", "4", "--model",
@@ -63,6 +63,8 @@ def test_ex6_rules_play_a_game_and_a_model_trains_against_one(tmp_path):
     assert out["rules"]["first -> centre"] == {"llm_0": -1.0, "llm_1": 1.0}
     assert len(out["trained"]) == 2 and all(-1 <= x <= 1 for x in out["trained"])
     assert ex6_game.centre("Available Moves: '[0]', '[4]'") == "[4]"
+    printed = capsys.readouterr().out  # a line per iteration, as it comes
+    assert "iteration 0: mean outcome" in printed and "iteration 1: mean outcome" in printed
 
 
 def test_ex5_new_task_follows_the_api_and_pays_as_documented():

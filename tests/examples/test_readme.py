@@ -29,3 +29,18 @@ def test_the_learner_example_trains_and_checkpoints(toy_lm, tmp_path, monkeypatc
     monkeypatch.chdir(tmp_path)
     exec(compile(shrunk, "README.md", "exec"), {})
     assert (tmp_path / "ckpt.pt").exists()
+
+
+def test_the_first_exercises_snippet_runs_as_a_script_outside_the_repo(tmp_path):
+    """Copied into a file and run from another folder, as a student would (its task is built
+    in, so no import from the repo's examples is needed)."""
+    import subprocess
+    import sys
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "exercises.md").read_text()
+    block = re.findall(r"```python\n(.*?)```", docs, re.S)[0]
+    (tmp_path / "mine.py").write_text(block)
+    out = subprocess.run([sys.executable, "mine.py"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "'observer': {'reward': 1.0, 'copy_rate': 1.0}" in out.stdout

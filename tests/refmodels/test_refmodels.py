@@ -145,11 +145,13 @@ def test_build_child_waits_passively_only_on_a_busy_machine(monkeypatch):
     """Short OpenMP spins when idle (fast), passive waiting when other jobs hold the cores."""
     assert pretrain._omp_wait_env(load=0.1) == {"GOMP_SPINCOUNT": "2000"}
     assert pretrain._omp_wait_env(load=1.8) == {"OMP_WAIT_POLICY": "PASSIVE"}
-    assert 0 <= pretrain._busy_cores(0.05) <= (pretrain.os.cpu_count() or 1) + 0.5
+    from cory_common.threads import busy_cores
+
+    assert 0 <= busy_cores(0.05) <= (pretrain.os.cpu_count() or 1) + 0.5
     launched = []
     monkeypatch.setattr(pretrain.subprocess, "run", lambda cmd, env, check: launched.append(env))
     monkeypatch.setattr(pretrain, "build", lambda *a, **k: launched.append("in-process"))
-    monkeypatch.setattr(pretrain, "_busy_cores", lambda: 2.0)
+    monkeypatch.setattr(pretrain, "busy_cores", lambda seconds: 2.0)
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
     pretrain._launch("arithmetic", "full", pretrain.Path("unused"))

@@ -1,0 +1,119 @@
+"""A decode step, a rollout and an alone evaluation against the memory's streaming limit.
+
+    python tools/perf/decode_limit.py                          # both real models
+    python tools/perf/decode_limit.py --models smollm2-135m --threads 2 --steps 20
+
+A cached decode step of a small batch reads every weight once and does little arithmetic per
+byte, so its floor is the weights' bytes over the machine's copy bandwidth, not its FLOP rate.
+This measures, in one process per model: the copy bandwidth (a large tensor copied, bytes read
+per second), the bytes of weights a step reads (as stored, and as the bf16 the study's autocast
+computes in), one decode step of the study's setting (LoRA r 16, bf16, batch 16), a rollout's
+decoding (12 new tokens) and an alone evaluation's (--alone queries in batches of 64), each
+against its limit. The last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+
+def copy_bandwidth(mb: int = 512, rounds: int = 5) -> float:
+    """Bytes read per second by a large float32 copy (the best of `rounds`)."""
+    import torch
+
+    src = torch.ones(mb * 2 ** 20 // 4)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    best = 0.0
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        best = max(best, src.numel() * 4 / (time.perf_counter() - t0))
+    return best
+
+
+def decode_times(policy, batch: int, steps: int, prompt: int = 24) -> list[float]:
+    """Seconds of each of `steps` cached decode steps after a warm-up, at `batch` rows."""
+    import torch
+
+    ids = torch.randint(100, 1000, (batch, prompt))
+    state = policy.begin(ids, torch.ones_like(ids), max_new_tokens=steps + 8)
+    token = torch.randint(100, 1000, (batch,))
+    for _ in range(3):
+        policy.feed(state, token)
+    out = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        policy.feed(state, token)
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def measure(model: str, threads: int, steps: int, alone: int) -> dict:
+    """One model's figures (run in a child process)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    from agents.llm.loading import LoraSettings
+    from agents.llm.policy import LLMPolicy
+    from cory_common.pretrained import resolve_model
+
+    policy = LLMPolicy.from_pretrained(resolve_model(model), lora=LoraSettings(r=16),
+                                       mixed_precision="bf16", reference=None)
+    params = list(policy.hf_model.parameters())
+    stored = sum(p.numel() * p.element_size() for p in params)
+    bf16 = sum(p.numel() * 2 for p in params)
+    bandwidth = copy_bandwidth()
+    step = statistics.median(decode_times(policy, 16, steps))
+    limit = bf16 / bandwidth
+    row = {"model": model, "threads": threads, "params_M": round(sum(p.numel() for p in params)
+                                                               / 1e6, 1),
+           "weights_MB_stored": round(stored / 1e6), "weights_MB_bf16": round(bf16 / 1e6),
+           "copy_GBps": round(bandwidth / 1e9, 1), "step_ms": round(1e3 * step, 1),
+           "limit_ms_bf16": round(1e3 * limit, 1),
+           "limit_ms_stored": round(1e3 * stored / bandwidth, 1),
+           "step_over_limit": round(step / limit, 2)}
+    row["rollout_decode_s"] = round(12 * step, 2)  # 12 new tokens at batch 16
+    row["rollout_limit_s"] = round(12 * limit, 2)
+    if alone:
+        batches = -(-alone // 64)
+        t64 = statistics.median(decode_times(policy, 64, max(steps // 2, 5)))
+        row["alone_decode_s"] = round(batches * 12 * t64, 1)
+        row["alone_limit_s"] = round(batches * 12 * limit, 1)
+        row["alone_step_ms_batch64"] = round(1e3 * t64, 1)
+    return row
+
+
+def main() -> None:
+    """Measure each model in its own process; print the JSON line."""
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", default="smollm2-135m,gemma3-270m")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--alone", type=int, default=256, help="queries of the alone evaluation")
+    p.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.child:
+        print(json.dumps(measure(a.child, a.threads, a.steps, a.alone)))
+        return
+    rows = []
+    for model in a.models.split(","):
+        out = subprocess.run([sys.executable, __file__, "--child", model, "--threads",
+                              str(a.threads), "--steps", str(a.steps), "--alone", str(a.alone)],
+                             capture_output=True, text=True, check=True)
+        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        print(rows[-1], flush=True)
+    print(json.dumps({"rows": rows}))
+
+
+if __name__ == "__main__":
+    main()
