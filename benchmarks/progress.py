@@ -6,8 +6,9 @@ training iteration and an alone evaluation. Their costs differ by method (a CORY
 trains two models; an evaluation answers hundreds of queries), so each is timed per method and
 kind as the runs send their messages, and the time left is the median cost of each unit still
 to do, summed over the runs left and shared among the runs that execute at once.
-Until every kind of unit still to do has been timed once, the line says which is missing and
-gives only a lower bound.
+A method not timed yet borrows the cost of one that is, scaled by the models each trains per
+episode (`run_weight`: a CORY iteration trains two models, PPO's one), and the line says so;
+with no unit of a kind timed at all it gives only a lower bound and names what is missing.
 """
 
 from __future__ import annotations
@@ -19,6 +20,15 @@ from collections import defaultdict
 
 from .config import BenchConfig, RunSpec
 from .evaluate import evaluation_due
+
+
+def run_weight(method: str) -> int:
+    """How much a run of `method` costs relative to a one-model run: the models it trains per
+    episode times its episodes per iteration (an estimate, before any run is timed)."""
+    from agents.learners.base import resolve_method  # deferred: resolves plug-in methods late
+
+    m = resolve_method(method)
+    return m.n_agents * m.learner.batch_multiplier
 
 
 def _clock(seconds: float) -> str:
@@ -36,6 +46,7 @@ class Progress:
         self.cfg, self.capacity, self.clock = cfg, max(capacity, 1), clock
         self.stream, self.enabled = stream or sys.stderr, enabled
         self.method = {s.key: s.method for s in specs}
+        self.weight = {m: run_weight(m) for m in set(self.method.values())}
         self.left: dict[str, list[int]] = {s.key: self._work(0) for s in specs}
         self.fresh: set[str] = set()  # begun, first unit not come yet
         self.costs: dict[tuple[str, str], list[float]] = defaultdict(list)
@@ -85,16 +96,33 @@ class Progress:
         """A run stopped (finished, failed or lost)."""
         self.running.discard(key)
 
+    def cost(self, method: str, kind: str) -> tuple[float | None, bool]:
+        """(the median cost of a unit, whether it is borrowed from another method); None when
+        no method has timed that kind yet."""
+        seen = self.costs.get((method, kind))
+        if seen:
+            return statistics.median(seen), False
+        timed = [(m, c) for (m, k), c in self.costs.items() if k == kind and c]
+        if not timed:
+            return None, False
+        other, costs = max(timed, key=lambda mc: len(mc[1]))
+        return statistics.median(costs) * self.weight[method] / self.weight[other], True
+
     def estimate(self) -> tuple[float, list[str]]:
-        """(seconds left, the units still to do that have no timing yet)."""
+        """(seconds left, the units still to do that are not timed: "(scaled)" when borrowed
+        from another method, bare when nothing tells their cost)."""
         total, untimed = 0.0, set()
         for key, (iters, evals, starts) in self.left.items():
             for kind, count in (("iteration", iters), ("evaluation", evals), ("start", starts)):
-                seen = self.costs.get((self.method[key], kind))
-                if count and seen:
-                    total += count * statistics.median(seen)
-                elif count:
+                if not count:
+                    continue
+                unit, borrowed = self.cost(self.method[key], kind)
+                if unit is None:
                     untimed.add(f"{self.method[key]} {kind}")
+                    continue
+                total += count * unit
+                if borrowed:
+                    untimed.add(f"{self.method[key]} {kind} (scaled)")
         waiting = sum(1 for k, w in self.left.items() if any(w) and k not in self.done)
         return total / max(1, min(self.capacity, waiting)), sorted(untimed)
 
@@ -105,8 +133,12 @@ class Progress:
         total_its = len(self.left) * self.cfg.train.iterations
         left, untimed = self.estimate()
         elapsed = self.clock() - self.start
-        if untimed:
-            when = f"at least {_clock(left)} left (not timed yet: {', '.join(untimed[:3])})"
+        unknown = [u for u in untimed if not u.endswith("(scaled)")]
+        if unknown:
+            when = f"at least {_clock(left)} left (not timed yet: {', '.join(unknown[:3])})"
+        elif untimed:
+            when = (f"about {_clock(left)} left ({', '.join(u[:-9] for u in untimed[:2])} "
+                    f"scaled from a timed method)")
         else:
             when = f"about {_clock(left)} left"
         return (f"runs {len(self.done)} done, {len(self.running)} running, {waiting} waiting; "

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import torch
 
-from agents.learners.base import resolve_method
 from agents.training.runlog import jsonl_text, read_jsonl
 from cory_common.files import atomic_write
 
 from .config import BenchConfig, RunSpec
+from .progress import run_weight
 from .records import select
 from .worker import Job
 
@@ -173,11 +173,7 @@ class Recorder:
 def longest_first(specs: list[RunSpec]) -> list[RunSpec]:
     """The runs, the costliest first (models trained x episodes per iteration), so that
     parallel workers do not end on one long run; the records' order does not depend on it."""
-    def weight(spec: RunSpec) -> int:
-        method = resolve_method(spec.method)
-        return method.n_agents * method.learner.batch_multiplier
-
-    return sorted(specs, key=weight, reverse=True)  # stable: equal weights keep their order
+    return sorted(specs, key=lambda s: run_weight(s.method), reverse=True)  # stable
 
 
 def run_study(cfg: BenchConfig, folder, specs: list[RunSpec], engine, bar,

@@ -76,7 +76,16 @@ def test_a_unit_not_timed_yet_gives_a_lower_bound_that_names_it():
     bar.unit(specs[0].key, "iteration")
     line = bar.line()
     assert "runs 0 done, 1 running, 1 waiting" in line and "iterations 1/20" in line
-    assert "at least" in line and "cory iteration" in line and "cory start" in line
+    # no evaluation after the start is timed: a lower bound naming them
+    assert "at least" in line and "ppo evaluation" in line and "cory evaluation" in line
+    clock.now = 20.0
+    bar.unit(specs[0].key, "evaluation")
+    left, untimed = bar.estimate()  # cory's units borrow ppo's cost, x2 for its two models
+    assert untimed == ["cory evaluation (scaled)", "cory iteration (scaled)",
+                       "cory start (scaled)"]
+    # ppo: 9 iterations x 2 s + 1 evaluation x 8 s; cory: 10 x 4 + 2 x 16 + its start 20
+    assert left == 9 * 2 + 1 * 8 + 10 * (2 * 2) + 2 * (2 * 8) + 1 * (2 * 10)
+    assert "scaled from a timed method" in bar.line()
     assert out.getvalue().startswith("runs 0 done")  # a log gets the line, not a redraw
 
 

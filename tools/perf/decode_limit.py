@@ -5,11 +5,11 @@
 
 A cached decode step of a small batch reads every weight once and does little arithmetic per
 byte, so its floor is the weights' bytes over the machine's copy bandwidth, not its FLOP rate.
-This measures, in one process per model: the copy bandwidth (a large tensor copied, bytes read
-per second), the bytes of weights a step reads (as stored, and as the bf16 the study's autocast
-computes in), one decode step of the study's setting (LoRA r 16, bf16, batch 16), a rollout's
-decoding (12 new tokens) and an alone evaluation's (--alone queries in batches of 64), each
-against its limit. The last line is one JSON object.
+This measures, in one process per model: the copy bandwidth (a large tensor copied, bytes
+read and written per second), the bytes of weights a step reads (as stored, and as the bf16
+the study's autocast computes in), one decode step of the study's setting (LoRA r 16, bf16,
+batch 16), a rollout's decoding (12 new tokens) and an alone evaluation's (--alone queries in
+batches of 64), each against its limit. The last line is one JSON object.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def copy_bandwidth(mb: int = 512, rounds: int = 5) -> float:
-    """Bytes read per second by a large float32 copy (the best of `rounds`)."""
+    """Bytes moved per second (read + written) by a large float32 copy, the best of `rounds`:
+    what the memory streams when every core works on it."""
     import torch
 
     src = torch.ones(mb * 2 ** 20 // 4)
@@ -36,7 +37,7 @@ def copy_bandwidth(mb: int = 512, rounds: int = 5) -> float:
     for _ in range(rounds):
         t0 = time.perf_counter()
         dst.copy_(src)
-        best = max(best, src.numel() * 4 / (time.perf_counter() - t0))
+        best = max(best, 2 * src.numel() * 4 / (time.perf_counter() - t0))
     return best
 
 
