@@ -8,7 +8,7 @@ times --steps cached decode steps after a warm-up:
 - `merged`: the LoRA adapter merged into the weights for decoding (peft's merge_adapter: no
   adapter matmuls; what folding would gain, the wrappers' Python aside);
 - `no-lora`: the base model alone, no adapter wrappers at all (folding's upper bound);
-- `bf16-weights`: the base's weights held in bf16 (half the bytes streamed), no autocast.
+- `bf16-weights`: the study's path with every weight held in bf16 (fewer bytes streamed).
 The last line is one JSON object: per candidate the median and best step in ms.
 """
 
@@ -36,15 +36,13 @@ def step_ms(candidate: str, model: str, threads: int, steps: int) -> tuple[float
     from agents.llm.policy import LLMPolicy
     from cory_common.pretrained import resolve_model
 
-    lora = None if candidate in ("no-lora", "bf16-weights") else LoraSettings(r=16)
-    mixed = None if candidate == "bf16-weights" else "bf16"
-    policy = LLMPolicy.from_pretrained(resolve_model(model), lora=lora, mixed_precision=mixed,
+    lora = None if candidate == "no-lora" else LoraSettings(r=16)
+    policy = LLMPolicy.from_pretrained(resolve_model(model), lora=lora, mixed_precision="bf16",
                                        reference=None)
     if candidate == "bf16-weights":
         policy.hf_model.to(torch.bfloat16)
-        policy.to(torch.bfloat16)
     if candidate == "merged":
-        policy.hf_model.merge_adapter()
+        policy.model.merge_adapter()  # the peft model: W + B A scale, adapters then skipped
     ids = torch.randint(100, 1000, (16, 24))
     state = policy.begin(ids, torch.ones_like(ids), max_new_tokens=steps + 8)
     token = torch.randint(100, 1000, (16,))
