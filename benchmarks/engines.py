@@ -212,7 +212,11 @@ class RayEngine:
         if not ray.is_initialized():
             ray.init(address=None if address == "local" else address,
                      log_to_driver=False, include_dashboard=False, configure_logging=False)
-        self.messages = Queue(actor_options={"num_cpus": 0})
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        # the queue lives on this node: a lost worker node must not take the messages with it
+        self.messages = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": here})
         self.task = ray.remote(_ray_task).options(num_cpus=max(threads, 1), num_gpus=gpus,
                                                   max_retries=0)
         cpus = int(ray.cluster_resources().get("CPU", 1))
