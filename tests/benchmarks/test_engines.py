@@ -127,7 +127,7 @@ def test_a_study_on_a_two_node_ray_cluster_resumes_after_a_lost_node(tmp_path, c
     assert records(tmp_path / "ray") == records(tmp_path / "here")
     assert len(_nodes(tmp_path / "ray")) == 2
     # a node lost mid-run: the study names the run and ends; --resume completes it
-    long = quick(iterations=6)
+    long = quick(iterations=20)  # long enough that the node is lost mid-run
     run_benchmark(long, tmp_path / "whole", progress=False)
     folder = tmp_path / "lost"
 
