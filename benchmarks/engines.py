@@ -205,6 +205,9 @@ class RayEngine:
 
     def __init__(self, address: str, threads: int, gpus: float = 0.0,
                  storage: str | None = None):
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no report sent off the machine
+        if address == "local":  # a one-machine cluster listens on loopback only
+            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
         import ray
         from ray.util.queue import Queue
 

@@ -99,6 +99,10 @@ def test_the_command_line_takes_the_execution_settings(tmp_path, capsys):
 @pytest.fixture(scope="module")
 def cluster():
     """A real two-node Ray cluster on this machine (loopback), one CPU each."""
+    import os
+
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"  # nothing leaves the machine
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # the nodes listen on loopback only
     ray = pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
 
@@ -126,6 +130,9 @@ def test_a_study_on_a_two_node_ray_cluster_resumes_after_a_lost_node(tmp_path, c
     run_benchmark(cfg, tmp_path / "ray", progress=False, execution=Execution(ray=address))
     assert records(tmp_path / "ray") == records(tmp_path / "here")
     assert len(_nodes(tmp_path / "ray")) == 2
+    import ray
+
+    assert {n["NodeManagerAddress"] for n in ray.nodes()} == {"127.0.0.1"}  # loopback only
     # a node lost mid-run: the study names the run and ends; --resume completes it
     long = quick(iterations=20)  # long enough that the node is lost mid-run
     run_benchmark(long, tmp_path / "whole", progress=False)
