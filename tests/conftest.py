@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-import pytest
+import os
+
+# Ray, wherever a test starts it: no usage report off the machine, nodes on loopback only
+# (read when ray is first imported, so set before any test module can import it)
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+import pytest  # noqa: E402
 import torch
 from helpers import ToyTask, save_toy_lm
 
