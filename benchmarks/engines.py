@@ -189,10 +189,6 @@ class LocalPool:
                     events.append(("lost", key, f"{type(err).__name__}: {err}"))
         return events
 
-    def forget(self, key: str) -> None:
-        """The run ended (its "end" message came)."""
-        self.futures.pop(key, None)
-
     def close(self) -> None:
         """Stop the workers (a run still going is abandoned: its checkpoint resumes it)."""
         self.pool.shutdown(wait=False, cancel_futures=True)
@@ -253,9 +249,6 @@ class RayEngine:
                 except Exception as err:  # noqa: BLE001  a lost node or a killed worker
                     events.append(("lost", key, f"{type(err).__name__}: {err}"))
         return events
-
-    def forget(self, key: str) -> None:
-        """The run ended (its "end" message came)."""
 
     def close(self) -> None:
         """Cancel what still runs; leave the cluster up (it is the user's)."""

@@ -190,15 +190,13 @@ def run_study(cfg: BenchConfig, folder, specs: list[RunSpec], engine, bar,
                 recorder.expect(spec, job.start)
                 running.add(spec.key)
                 engine.submit(job, recorder)
-                running -= set(recorder.ended)
+                running -= recorder.ended.keys()  # this process's engine ran it in submit
             for event in engine.wait(0.5) if running else ():
                 if event[0] == "message":
                     recorder(event[1])
                 elif event[1] not in recorder.ended:  # a lost worker: no "end" will come
                     recorder.end(event[1], f"its worker was lost: {event[2]}")
-            for key in running & set(recorder.ended):
-                running.discard(key)
-                getattr(engine, "forget", lambda k: None)(key)
+            running -= recorder.ended.keys()
     finally:
         engine.close()
         for key in list(recorder.writers):

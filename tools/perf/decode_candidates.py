@@ -19,10 +19,11 @@ import json
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from decode_limit import decode_times  # noqa: E402  (the one timed decode loop)
 
 CANDIDATES = ("study", "merged", "no-lora", "bf16-weights")
 
@@ -43,17 +44,8 @@ def step_ms(candidate: str, model: str, threads: int, steps: int) -> tuple[float
         policy.hf_model.to(torch.bfloat16)
     if candidate == "merged":
         policy.model.merge_adapter()  # the peft model: W + B A scale, adapters then skipped
-    ids = torch.randint(100, 1000, (16, 24))
-    state = policy.begin(ids, torch.ones_like(ids), max_new_tokens=steps + 8)
-    token = torch.randint(100, 1000, (16,))
-    for _ in range(3):
-        policy.feed(state, token)
-    times = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        policy.feed(state, token)
-        times.append(1e3 * (time.perf_counter() - t0))
-    return round(statistics.median(times), 1), round(min(times), 1)
+    times = decode_times(policy, 16, steps)
+    return round(1e3 * statistics.median(times), 1), round(1e3 * min(times), 1)
 
 
 def main() -> None:
