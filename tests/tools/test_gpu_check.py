@@ -53,3 +53,16 @@ def test_dry_run_of_make_gpu_check_writes_the_table(tmp_path):
     assert "skipped" in report["tests"]["summary"]  # the CUDA tests were selected and skipped
     table = (out / "gpu_check.md").read_text()
     assert table.count("\n| imdb |") == 4 and "MFU" in table
+
+
+def test_building_a_model_leaves_the_cached_task_tokenizer_unpadded(tmp_path):
+    from cory_env.data.tokenizer import task_tokenizer
+
+    before = len(task_tokenizer("sentiment"))
+    shape = gpu_check.Shape("imdb", "sentiment", "gpt2", dict(
+        n_layer=1, n_embd=8, n_head=2, vocab_size=before + 5, n_positions=64), 2, 2, 1, 4)
+    gpu_check.build_model(shape, tmp_path)
+    assert len(task_tokenizer("sentiment")) == before  # the next model's build sees it unpadded
+    small = gpu_check.Shape("tiny", "sentiment", "gpt2", dict(
+        n_layer=1, n_embd=8, n_head=2, vocab_size=before, n_positions=64), 2, 2, 1, 4)
+    assert (gpu_check.build_model(small, tmp_path) / "config.json").exists()

@@ -25,6 +25,7 @@ Output: `gpu_check.json` and `gpu_check.md` in `--out`.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import statistics
@@ -93,7 +94,7 @@ def build_model(shape: Shape, folder: Path) -> Path:
     out = folder / shape.name
     if (out / "config.json").exists():
         return out
-    tok = task_tokenizer(shape.task)
+    tok = copy.deepcopy(task_tokenizer(shape.task))  # the cached one is shared: pad a copy
     vocab = shape.dims["vocab_size"]
     if len(tok) > vocab:
         raise ValueError(f"{shape.name}: tokenizer has {len(tok)} tokens, model {vocab}")
@@ -387,7 +388,8 @@ def check(args) -> dict:
                                   "grad_accum_steps": s.grad_accum_steps,
                                   "max_new_tokens": s.max_new_tokens, "lora": s.lora,
                                   "load_in_4bit": s.load_in_4bit}
-                         for s in shapes(args.dry_run)}, "jobs": []}
+                         for s in shapes(args.dry_run)}, "jobs": [],
+              "fsdp_checkpoint": {"skipped": "not reached"}, "tests": {"skipped": "not reached"}}
     bnb = cuda and importlib.util.find_spec("bitsandbytes") is not None
     built = {}
     for job in jobs(args.dry_run, bnb):
@@ -413,14 +415,25 @@ def check(args) -> dict:
             job["error"] = err
         print(f"gpu_check: {job['shape']} {job['method']} compile={job['compile']}: "
               f"{'ok' if job['result'] else 'failed'} in {job['wall_s']} s", flush=True)
+        if err:
+            print(err, flush=True)
+        save(report, out, start)  # what ran so far survives a later failure
     tiny = build_model(shapes(dry=True)[0], models / "tiny")  # FSDP's gather, not its speed
     report["fsdp_checkpoint"] = run_fsdp_checkpoint(tiny, out, cuda, deadline - 30)
+    save(report, out, start)
     report["tests"] = run_tests(deadline) if args.tests else {"skipped": "--no-tests"}
-    report["wall_s"] = round(time.monotonic() - start, 1)
-    (out / "gpu_check.json").write_text(json.dumps(report, indent=1) + "\n")
-    (out / "gpu_check.md").write_text(markdown(report))
+    save(report, out, start)
     print(markdown(report))
     return report
+
+
+def save(report: dict, out: Path, start: float) -> None:
+    """Write gpu_check.json and gpu_check.md as they stand."""
+    from cory_common.files import atomic_write
+
+    report["wall_s"] = round(time.monotonic() - start, 1)
+    atomic_write(out / "gpu_check.json", json.dumps(report, indent=1) + "\n")
+    atomic_write(out / "gpu_check.md", markdown(report))
 
 
 def parse_args(argv=None) -> argparse.Namespace:
