@@ -105,6 +105,9 @@ def train_run(job: Job, emit: Emit) -> bool:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     trainer = Trainer(train_config(cfg, spec))
+    paths = {getattr(p, "decode_path", None) for p in trainer.learner.policies.values()} - {None}
+    if paths:
+        emit(("log", spec.key, "; ".join(sorted(paths))))
     if job.ckpt is not None:
         _load(trainer, job)
         if trainer.iteration != job.start:

@@ -41,7 +41,13 @@ from .ppo import (
     masked_var,
     ppo_update,
 )
-from .shaping import RunningMoments, make_kl_controller, scale_scores, token_rewards
+from .shaping import (
+    RunningMoments,
+    make_kl_controller,
+    scale_scores,
+    token_rewards,
+    truncated_is_weights,
+)
 from .structure import INDEPENDENT, SINGLE, Structure, structures
 
 
@@ -136,7 +142,8 @@ class PPOAgent:
         return PPOBatch(input_ids=turn.input_ids, attention_mask=turn.attention_mask,
                         response_mask=turn.response_mask, old_logprobs=turn.logprobs,
                         old_values=turn.values, ref_logprobs=turn.ref_logprobs, rewards=rewards,
-                        scores=scores, rounds=turn.rounds)
+                        scores=scores, rounds=turn.rounds,
+                        is_weights=truncated_is_weights(turn, self.cfg.tis_cap))
 
     @property
     def recomputes(self) -> bool:

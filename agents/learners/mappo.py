@@ -24,10 +24,10 @@ import torch
 from .base import LearnerConfig, register_learner, register_method, whiten_agents
 from .comm import Comm
 from .cory import CORY
-from .ppo import forward_passes, gae, value_loss
+from .ppo import gae, value_loss
 from .ppo_learner import PPO
 from .shaping import token_rewards
-from .steps import clip_and_step, step_slices
+from .steps import clip_and_step, forward_passes, step_slices
 
 
 def compact(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -64,7 +64,17 @@ def turn_metrics(turn, report_kl_coef: float, n_samples: int = 3) -> dict:
         "repetition_rate": repetition_rate(turn.texts),
         "samples": list(turn.texts[:n_samples]),
         **prompt_cut_metrics(turn),
+        **sampler_metrics(turn),
     }
+
+
+def sampler_metrics(turn) -> dict:
+    """`sampler_kl`: the mean per-token KL from the fast decode path's distribution to the
+    trainer's (nothing for a turn the trainer's own passes sampled)."""
+    gap = getattr(turn, "sampler_kl", None)
+    if gap is None:
+        return {}
+    return {"sampler_kl": float(gap.sum() / turn.response_mask.sum().clamp_min(1))}
 
 
 def prompt_cut_metrics(turn) -> dict:

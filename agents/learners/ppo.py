@@ -23,7 +23,7 @@ from cory_common.checks import check_fields, check_int, meta
 
 from ..llm.logits import full_kl
 from .credit import CREDITS, credit_span, episodes_of, split_turns
-from .steps import clip_and_step, step_slices
+from .steps import clip_and_step, forward_passes, step_slices
 
 KL_PENALTIES = ("kl", "abs", "mse", "full")
 KL_WHERE = ("reward", "loss")
@@ -126,6 +126,9 @@ class PPOConfig:
         "cap on tokens (rows x unpadded width) of one training pass"))
     old_logprobs: str = field(default="auto", metadata=meta(
         "old log-probs and values: auto | sampler | recompute"))
+    tis_cap: float = field(default=2.0, metadata=meta(
+        "cap of the truncated importance weight pi_trainer / pi_sampler of each token, "
+        "applied when the fast decode path sampled it"))
 
     def __post_init__(self) -> None:
         self.validate()
@@ -148,7 +151,7 @@ class PPOConfig:
 
         for name in ("ppo_epochs", "mini_batch_size", "grad_accum_steps"):
             check_int(f"PPOConfig.{name}", getattr(self, name), 1)
-        for name in ("lr", "cliprange", "cliprange_value", "ratio_threshold"):
+        for name in ("lr", "cliprange", "cliprange_value", "ratio_threshold", "tis_cap"):
             if not getattr(self, name) > 0:  # also rejects NaN
                 raise bad(name, "must be > 0")
         for name in ("vf_coef", "entropy_coef"):
@@ -280,15 +283,20 @@ def gae(rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: float
 
 # --------------------------------------------------------------------------- losses
 def policy_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor,
-                cliprange: float, agg: str = "token-mean") -> tuple[Tensor, dict[str, Tensor]]:
-    """Clipped surrogate max(-A*r, -A*clip(r)) reduced by `aggregate`; stats are detached."""
+                cliprange: float, agg: str = "token-mean", is_weights: Tensor | None = None
+                ) -> tuple[Tensor, dict[str, Tensor]]:
+    """Clipped surrogate max(-A*r, -A*clip(r)) reduced by `aggregate`, each token's term times
+    its truncated importance weight when a different sampler drew it; stats are detached."""
     valid = mask > 0
     log_ratio = torch.where(valid, logprobs - old_logprobs, torch.zeros_like(logprobs))
     advantages = torch.where(valid, advantages, torch.zeros_like(advantages))
     ratio = torch.exp(log_ratio)
     pg1 = -advantages * ratio
     pg2 = -advantages * torch.clamp(ratio, 1.0 - cliprange, 1.0 + cliprange)
-    loss = aggregate(torch.maximum(pg1, pg2), mask, agg)
+    per_token = torch.maximum(pg1, pg2)
+    if is_weights is not None:
+        per_token = per_token * is_weights
+    loss = aggregate(per_token, mask, agg)
     with torch.no_grad():
         stats = {
             "clipfrac": masked_mean((pg2 > pg1).float(), mask),
@@ -329,6 +337,7 @@ class PPOBatch:
     returns: Tensor | None = None  # (B, T), set by prepare_advantages
     scores: Tensor | None = None  # (B,) the shaped sequence scores inside `rewards`
     rounds: int = 1  # rows are `rounds` blocks of one agent's turns (round-major)
+    is_weights: Tensor | None = None  # (B, T) min(pi_old / pi_sampler, cap): the fast path's
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -362,29 +371,6 @@ def prepare_advantages(batch: PPOBatch, cfg: PPOConfig) -> PPOBatch:
 
 
 # --------------------------------------------------------------------------- update
-def forward_passes(step_idx: Tensor, attention_mask: Tensor, rows: int,
-                   max_tokens: int | None = None) -> list[Tensor]:
-    """Split one optimizer step's rows into forward/backward passes of at most `rows` rows.
-
-    With `max_tokens`, the rows are sorted by unpadded width (longest first) and packed so that
-    rows x the widest row's width stays within it; a row wider than the budget runs alone.
-    """
-    if max_tokens is None:
-        return list(step_idx.split(rows))
-    real = attention_mask[step_idx.to(attention_mask.device)].bool()
-    width = (real.shape[1] - real.int().argmax(1)).tolist()  # from the first real column
-    order = sorted(range(len(width)), key=lambda i: -width[i])
-    passes, current = [], []
-    for i in order:
-        if current and (len(current) == rows
-                        or (len(current) + 1) * width[current[0]] > max_tokens):
-            passes.append(current)
-            current = []
-        current.append(i)
-    passes.append(current)
-    return [step_idx[torch.tensor(p, dtype=torch.long)] for p in passes]
-
-
 def _field(out: Any, name: str, required: bool = True) -> Tensor | None:
     value = out.get(name) if isinstance(out, Mapping) else getattr(out, name, None)
     if value is None and required:
@@ -401,7 +387,7 @@ def _minibatch_loss(policy: Any, mb: PPOBatch, cfg: PPOConfig, kl_coef: float,
         raise ValueError(f"evaluate() returned logprobs {tuple(logprobs.shape)}, values "
                          f"{tuple(values.shape)}; expected {tuple(mask.shape)}")
     pg, stats = policy_loss(logprobs, mb.old_logprobs.float(), mb.advantages, mask,
-                            cfg.cliprange, cfg.loss_agg)
+                            cfg.cliprange, cfg.loss_agg, mb.is_weights)
     vf, vstats = value_loss(values, mb.old_values.float(), mb.returns, mask,
                             cfg.cliprange_value)
     entropy = _field(out, "entropy", required=cfg.entropy_coef > 0)

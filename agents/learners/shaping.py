@@ -129,3 +129,13 @@ def token_rewards(scores: Tensor, kl: Tensor, mask: Tensor, kl_coef: float) -> T
     rows = torch.nonzero(last >= 0).squeeze(1)  # zero-length rows get no score
     rewards[rows, last[rows]] += scores[rows].to(rewards.dtype)
     return rewards
+
+
+def truncated_is_weights(turn: Any, cap: float) -> Tensor | None:
+    """min(pi_trainer / pi_sampler, cap) per response token of a turn sampled on the fast path
+    (its `sampler_logprobs`), 0 on padding; None for a turn the trainer's own passes sampled."""
+    sampler = getattr(turn, "sampler_logprobs", None)
+    if sampler is None:
+        return None
+    ratio = torch.exp((turn.logprobs - sampler).clamp(max=math.log(cap)))
+    return ratio * turn.response_mask

@@ -5,7 +5,8 @@
         reason = ...accumulate the gradients of `rows`, or say why not...
         norm = clip_and_step(optimizer, params, max_norm, reason, all_ok, "PPO: skipping ...")
 
-Used by the PPO update (`ppo.ppo_update`) and MAPPO's critic (`mappo.MAPPO.update_critic`).
+Used by the PPO update (`ppo.ppo_update`) and MAPPO's critic (`mappo.MAPPO.update_critic`);
+`forward_passes` splits one step's rows into the passes that accumulate its gradients.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import warnings
 from collections.abc import Callable
 
 import torch
+from torch import Tensor
 
 
 def step_slices(n_rows: int, step_size: int,
@@ -39,3 +41,26 @@ def clip_and_step(optimizer: torch.optim.Optimizer, params: list, max_norm: floa
         return None
     optimizer.step()
     return norm
+
+
+def forward_passes(step_idx: Tensor, attention_mask: Tensor, rows: int,
+                   max_tokens: int | None = None) -> list[Tensor]:
+    """Split one optimizer step's rows into forward/backward passes of at most `rows` rows.
+
+    With `max_tokens`, the rows are sorted by unpadded width (longest first) and packed so that
+    rows x the widest row's width stays within it; a row wider than the budget runs alone.
+    """
+    if max_tokens is None:
+        return list(step_idx.split(rows))
+    real = attention_mask[step_idx.to(attention_mask.device)].bool()
+    width = (real.shape[1] - real.int().argmax(1)).tolist()  # from the first real column
+    order = sorted(range(len(width)), key=lambda i: -width[i])
+    passes, current = [], []
+    for i in order:
+        if current and (len(current) == rows
+                        or (len(current) + 1) * width[current[0]] > max_tokens):
+            passes.append(current)
+            current = []
+        current.append(i)
+    passes.append(current)
+    return [step_idx[torch.tensor(p, dtype=torch.long)] for p in passes]

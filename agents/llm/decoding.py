@@ -2,8 +2,9 @@
 drawn from the kept logits (`sample`), and one cached step per appended token (`feed`).
 
 `LLMPolicy` takes them as a mixin; they read only its `hf_model`, `_hidden`, `_heads`,
-`_activate`, `pad_token_id`, `vocab_size` and `prefill_chunk_tokens`. The one decode loop over
-these steps is `agents.llm.rollout`.
+`_activate`, `pad_token_id`, `vocab_size`, `prefill_chunk_tokens` and `engine`. With an
+`engine` (the fast path, `agents.llm.engine`) the three steps are the engine's. The one decode
+loop over these steps is `agents.llm.rollout`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from .speed import trim_left_padding
 class Decoding:
     """begin / sample / feed: incremental decoding with a KV cache (a mixin of LLMPolicy)."""
 
+    engine = None  # a DecodeEngine: the fast path decodes instead (`agents.llm.engine`)
+
     def begin(self, prompt_ids, prompt_mask, sampling: SamplingConfig | None = None,
               max_new_tokens: int | None = None, repeat: int = 1) -> DecodeState:
         """Run the left-padded (B, P) prompt once; keep the KV cache and next-token logits.
@@ -27,6 +30,8 @@ class Decoding:
         `repeat` G: each prompt row is decoded G times (rows kG..kG+G-1 of the state): one
         prompt pass, then the cache and the next-token state are repeated row by row.
         """
+        if self.engine is not None:
+            return self.engine.begin(prompt_ids, prompt_mask, sampling, max_new_tokens, repeat)
         sampling = sampling or SamplingConfig()
         with torch.inference_mode():
             self._activate()
@@ -60,6 +65,8 @@ class Decoding:
 
     def feed(self, state: DecodeState, token: torch.Tensor, active: torch.Tensor | None = None):
         """Append one token per row (inactive rows: pad, mask 0) and run one cached step."""
+        if self.engine is not None:
+            return self.engine.feed(state, token, active)
         with torch.inference_mode():
             self._activate()
             if active is None:

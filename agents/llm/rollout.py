@@ -7,7 +7,9 @@ and raw log-softmax of every token come from the same forward pass that sampled 
 reference model runs once per turn as one batched pass, giving the exact per-token KL. Where
 decoding's numerics differ from a full pass (a 4-bit base, mixed precision), the policy's
 numbers come from a no-grad full pass shaped like the reference's instead, so the KL of an
-unchanged policy is exactly 0 in every precision.
+unchanged policy is exactly 0 in every precision. A policy that decodes on the fast path
+(`agents.llm.engine`) also records the sampler's log-prob of each token and the exact KL
+from the sampler's distribution to the trainer's (`sampler_logprobs`, `sampler_kl`).
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ class Turn:
     position: int = 0  # the agent's place in the chain this rollout (0: the pioneer)
     prompt_cut: torch.Tensor | None = None  # (B,) prompt tokens cut on the left to fit
     rounds: int = 1  # how many of the agent's turns are stacked (row blocks of B)
+    sampler_logprobs: torch.Tensor | None = None  # the fast path's log-probs (None: exact path)
+    sampler_kl: torch.Tensor | None = None  # KL(sampler || trainer) per token (fast path)
 
     @property
     def groups(self) -> int:
@@ -145,7 +149,7 @@ def rollout(env: BatchedCoryEnv, policies: Mapping[str, object], sampling=None,
     for position, agent in enumerate(env.agents):
         parts, turns = partial.setdefault(agent, []), ep.finished_turns(position)
         for j in turns[len(parts):]:  # turns no episode reached: nothing said
-            parts.append(_silent_turn(env, agent, j, policies[agent].device))
+            parts.append(_silent_turn(env, agent, j, policies[agent]))
         paid, task = env.turn_rewards(agent)
         device = parts[0]["values"].device
         texts = [t for j in turns for t in ep.texts[j] or [""] * ep.batch]
@@ -171,14 +175,17 @@ def answer_alone(env: BatchedCoryEnv, policy, sampling, generator: torch.Generat
     query, which is neither scored nor returned)."""
     rewards, kls, answers = [], [], []
     agent = env.possible_agents[0]
-    recompute = getattr(policy, "needs_recompute", False)
+    fast = getattr(policy, "engine", None) is not None
+    recompute = getattr(policy, "needs_recompute", False) and not fast
     for i in range(0, len(queries), env.batch_size):
         chunk = queries[i:i + env.batch_size]
         env.reset(options={"queries": chunk + [chunk[-1]] * (env.batch_size - len(chunk))})
         role = env.role
         steps = play_turn(env, policy, sampling, generator)
         rewards.append(env.infos()[agent]["task_reward"].numpy()[:len(chunk)])
-        if kl and recompute:  # scored below, all answers together
+        if kl and fast:  # the drawn distributions against one reference pass
+            kls.append(drawn_kl(env, agent, steps, policy).numpy()[:len(chunk)])
+        elif kl and recompute:  # scored below, all answers together
             answers.append({k: v[:len(chunk)] for k, v in env.turn_batch(agent).items()
                             if k in ("input_ids", "attention_mask", "response_mask")})
         elif kl:
@@ -189,6 +196,18 @@ def answer_alone(env: BatchedCoryEnv, policy, sampling, generator: torch.Generat
                                    ("input_ids", "attention_mask", "response_mask")),
                          env.max_new_tokens, sampling).numpy()]
     return np.concatenate(rewards), np.concatenate(kls) if kl else None
+
+
+def drawn_kl(env, agent: str, steps: list[Step], policy) -> torch.Tensor:
+    """Each answer's summed exact KL to the reference, from the distributions its tokens were
+    drawn from (the fast path's: no pass of the trained model) and one reference pass."""
+    T, n = env.max_new_tokens, len(steps)
+    rows = env.turn_batch(agent)
+    ids, mask = rows["input_ids"].to(policy.device), rows["attention_mask"].to(policy.device)
+    ref = policy.reference_logits(ids, mask, T, chunk_size=CHUNK)[:, :n]
+    drawn = torch.stack([step.logsoftmax for step in steps], dim=1)
+    kl, _ = kl_to_reference(drawn, ref, ids[:, -T:][:, :n])
+    return (kl * rows["response_mask"][:, :n].to(kl.device)).sum(1).cpu()
 
 
 def summed_kl(policy, ids, mask, response_mask, T: int, sampling) -> torch.Tensor:
@@ -218,13 +237,15 @@ def _rows(env, agent: str, seq: dict, device) -> dict:
                 prompt_cut=seq.get("prompt_cut"))
 
 
-def _silent_turn(env, agent: str, number: int, device) -> dict:
+def _silent_turn(env, agent: str, number: int, policy) -> dict:
     """The tensors of a turn in which no episode said anything (all were over before it): its
     rows as the env kept them, every per-token tensor 0."""
-    rows = _rows(env, agent, env.turn_batch(agent, number), device)
+    rows = _rows(env, agent, env.turn_batch(agent, number), policy.device)
     zeros = torch.zeros_like(rows["response_mask"])
+    fast = zeros if getattr(policy, "engine", None) is not None else None
     return dict(rows, role=env.episodes.roles[env.episodes.position(number)], logprobs=zeros,
-                raw_logprobs=zeros, values=zeros, ref_logprobs=zeros, full_kl=zeros)
+                raw_logprobs=zeros, values=zeros, ref_logprobs=zeros, full_kl=zeros,
+                sampler_logprobs=fast, sampler_kl=fast)
 
 
 def _turn_tensors(env, agent, role, steps, policy, T, sampling=None) -> dict:
@@ -240,9 +261,16 @@ def _turn_tensors(env, agent, role, steps, policy, T, sampling=None) -> dict:
 
     ref = policy.reference_logits(ids, mask, T, chunk_size=CHUNK)
     n = len(steps)
+    sampler = {"sampler_logprobs": None, "sampler_kl": None}
     if getattr(policy, "needs_recompute", False):  # decoding differs from a full pass
         own = full_pass(policy, ids, mask, T, sampling)
         mine = own["logits"][:, :n]
+        if getattr(policy, "engine", None) is not None:  # the fast path sampled
+            drawn = torch.stack([step.logsoftmax for step in steps], dim=1)
+            gap = torch.zeros_like(response_mask)
+            gap[:, :n] = kl_to_reference(drawn, mine, ids[:, -T:][:, :n])[0]
+            sampler = {"sampler_logprobs": stack("logprob") * response_mask,
+                       "sampler_kl": gap * response_mask}
     else:
         own = {name: stack(key) for name, key in (("logprobs", "logprob"), ("values", "value"),
                                                   ("raw_logprobs", "raw_logprob"))}
@@ -254,7 +282,7 @@ def _turn_tensors(env, agent, role, steps, policy, T, sampling=None) -> dict:
     return dict(rows, role=role, logprobs=own["logprobs"].float() * response_mask,
                 raw_logprobs=own["raw_logprobs"].float() * response_mask,
                 values=own["values"].float() * response_mask, ref_logprobs=ref_logprobs,
-                full_kl=kl * response_mask)
+                full_kl=kl * response_mask, **sampler)
 
 
 def full_pass(policy, ids, mask, T: int, sampling) -> dict:

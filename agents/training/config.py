@@ -30,6 +30,7 @@ from ..learners.base import (
     resolve_method,
 )
 from ..learners.ppo import PPOConfig
+from ..llm.engine import DECODE_PATHS
 from ..llm.loading import LoraSettings, check_adapter_base, check_weights, model_positions
 from ..llm.sampling import SamplingConfig
 from ..llm.speed import check_mixed_precision
@@ -68,6 +69,9 @@ class TrainConfig(LearnerConfig):
         "with LoRA: both agents are adapters on one frozen base"))
     mixed_precision: str | None = field(default="auto", metadata=meta(
         "auto: bf16 autocast on CUDA only; bf16: also on the CPU; none: never"))
+    decode: str = field(default="auto", metadata=meta(
+        "decode path of rollouts and evaluations: auto (the fast path where it runs: Llama or "
+        "Gemma 3 in bf16 on a CPU; else exact) | fast | exact (the model's own modules)"))
     torch_compile: bool = field(default=False, metadata=meta(
         "torch.compile the training passes (compiled on first use)"))
     placement: dict[str, str] = field(default_factory=dict, metadata=meta(
@@ -191,6 +195,9 @@ class TrainConfig(LearnerConfig):
         if self.load_in_4bit and self.lora is None:
             raise ValueError("load_in_4bit=True needs LoRA (set lora)")
         check_mixed_precision(self.mixed_precision)
+        if self.decode not in DECODE_PATHS:
+            raise ValueError(f"TrainConfig.decode must be one of {DECODE_PATHS}, got "
+                             f"{self.decode!r}")
         for name in ("load_in_4bit", "shared_base", "torch_compile"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")

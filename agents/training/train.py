@@ -27,6 +27,7 @@ from cory_env.chain import agent_names
 
 from ..learners.base import resolve_method
 from ..learners.comm import Comm
+from ..llm.engine import attach
 from ..llm.loading import config_positions
 from ..llm.policy import LLMPolicy
 from ..llm.rollout import rollout
@@ -191,6 +192,8 @@ def build_policies(cfg: TrainConfig, agents: list[str], extra: tuple[str, ...] =
     for policy in policies.values():  # the token cap of training passes bounds prompt passes too
         policy.prefill_chunk_tokens = cfg.ppo.max_tokens_per_pass
         policy.compile_training = cfg.torch_compile
+    for a in agents:  # the models that decode
+        policies[a].decode_path = attach(policies[a], cfg.decode)
     return policies
 
 
@@ -253,6 +256,9 @@ class Trainer:
             turns = rollout(self.env, self.learner.policies, self.learner.sampling,
                             self.learner.generator, reset_options=options)
         t1 = time.perf_counter()
+        for policy in {id(p): p for p in self.learner.policies.values()}.values():
+            if getattr(policy, "engine", None) is not None:  # folded again at the next decode
+                policy.engine.release()
         with oom_guard(self.cfg, "update"):
             stats = self.learner.update(turns, self.iteration)
         metrics = self.learner.metrics(turns, stats)

@@ -151,15 +151,15 @@ def test_play_refuses_a_zero_cap_in_one_line(capsys):
 
 
 def test_alone_answers_are_scored_in_length_order_with_the_rollouts_numbers(tiny_gguf):
-    """A bf16 policy's alone answers are scored after decoding, every batch together in order
-    of prompt length: the same rewards as each batch's own rollout, the same KLs to bf16
-    rounding, exactly 0 before training; `kl=False` skips the passes."""
+    """A bf16 policy's alone answers on the exact decode path are scored after decoding, every
+    batch together in order of prompt length: the same rewards as each batch's own rollout,
+    the same KLs to bf16 rounding, exactly 0 before training; `kl=False` skips the passes."""
     import numpy as np
 
     from agents.llm.rollout import answer_alone, rollout
     from cory_env import BatchedCoryEnv
 
-    trainer = Trainer(_cfg(tiny_gguf, method="ppo", lora=LoraSettings(r=4),
+    trainer = Trainer(_cfg(tiny_gguf, method="ppo", lora=LoraSettings(r=4), decode="exact",
                            mixed_precision="bf16", ppo=PPOConfig(lr=3e-3, mini_batch_size=4)))
     policy, sampling = trainer.learner.policies["llm_0"], trainer.cfg.sampling
     env = BatchedCoryEnv(batch_size=8, task=trainer.env.task, tokenizer=trainer.env.tokenizer,

@@ -8,7 +8,9 @@ times --steps cached decode steps after a warm-up:
 - `merged`: the LoRA adapter merged into the weights for decoding (peft's merge_adapter: no
   adapter matmuls; what folding would gain, the wrappers' Python aside);
 - `no-lora`: the base model alone, no adapter wrappers at all (folding's upper bound);
-- `bf16-weights`: the study's path with every weight held in bf16 (fewer bytes streamed).
+- `bf16-weights`: the study's path with every weight held in bf16 (fewer bytes streamed);
+- `engine`: the fast decode path (`agents.llm.engine`: folded bf16 matrices, one functional
+  forward over a static cache).
 The last line is one JSON object: per candidate the median and best step in ms.
 """
 
@@ -25,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from decode_limit import decode_times  # noqa: E402  (the one timed decode loop)
 
-CANDIDATES = ("study", "merged", "no-lora", "bf16-weights")
+CANDIDATES = ("study", "merged", "no-lora", "bf16-weights", "engine")
 
 
 def step_ms(candidate: str, model: str, threads: int, steps: int) -> tuple[float, float]:
@@ -44,6 +46,10 @@ def step_ms(candidate: str, model: str, threads: int, steps: int) -> tuple[float
         policy.hf_model.to(torch.bfloat16)
     if candidate == "merged":
         policy.model.merge_adapter()  # the peft model: W + B A scale, adapters then skipped
+    if candidate == "engine":
+        from agents.llm.engine import DecodeEngine
+
+        policy.engine = DecodeEngine(policy)
     times = decode_times(policy, 16, steps)
     return round(1e3 * statistics.median(times), 1), round(1e3 * min(times), 1)
 

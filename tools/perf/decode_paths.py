@@ -1,0 +1,105 @@
+"""The exact and the fast decode paths, one against the other in one process, per real model.
+
+    python tools/perf/decode_paths.py                          # both real models
+    python tools/perf/decode_paths.py --models smollm2-135m --rounds 3
+
+In one process per model (the study's policy: LoRA r 16, bf16 autocast), alternating the two
+paths `--rounds` times: a cached decode step at batch 16 against its streaming limit (the
+weights' bf16 bytes over the copy bandwidth measured in the same process, as
+`decode_limit.py`), and the study's alone evaluation (`answer_alone`: --alone held-out
+`reviews` openings in batches of 64, 12 new tokens, rewards and KLs). Medians over the rounds;
+the last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from decode_limit import copy_bandwidth, decode_times  # noqa: E402  (one decode loop)
+
+
+def measure(model: str, threads: int, steps: int, alone: int, rounds: int) -> dict:
+    """One model's figures (run in a child process)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    from agents.llm.engine import attach
+    from agents.llm.loading import LoraSettings
+    from agents.llm.policy import LLMPolicy
+    from agents.llm.rollout import answer_alone
+    from agents.llm.sampling import SamplingConfig
+    from cory_common.pretrained import load_tokenizer, resolve_model
+    from cory_env import BatchedCoryEnv, make_task
+
+    policy = LLMPolicy.from_pretrained(resolve_model(model), lora=LoraSettings(r=16),
+                                       mixed_precision="bf16")
+    for name, p in policy.model.named_parameters():  # a trained-looking adapter
+        if "lora_B" in name:
+            p.data.normal_(0, 0.02, generator=torch.Generator().manual_seed(0))
+    bf16 = sum(p.numel() * 2 for p in policy.hf_model.parameters())
+    limit = bf16 / copy_bandwidth()
+    env = BatchedCoryEnv(batch_size=64, task=make_task("reviews"), max_new_tokens=12,
+                         tokenizer=load_tokenizer(model), split="test",
+                         n_agents=1, seed=0)
+    queries = list(range(min(alone, len(env.task.queries("test")))))
+    out = {p: {"step_ms": [], "alone_s": [], "alone_kl": None, "alone_reward": None}
+           for p in ("exact", "fast")}
+    for _ in range(rounds):
+        for path in ("exact", "fast"):
+            attach(policy, path)
+            out[path]["step_ms"].append(1e3 * statistics.median(decode_times(policy, 16,
+                                                                             steps)))
+            t0 = time.perf_counter()
+            rewards, kls = answer_alone(env, policy, SamplingConfig(),
+                                        torch.Generator().manual_seed(0), queries)
+            out[path]["alone_s"].append(time.perf_counter() - t0)
+            out[path]["alone_kl"] = round(float(kls.mean()), 5)
+            out[path]["alone_reward"] = round(float(rewards.mean()), 4)
+    row = {"model": model, "threads": threads, "weights_MB_bf16": round(bf16 / 1e6),
+           "limit_ms": round(1e3 * limit, 1), "queries": len(queries)}
+    for path, r in out.items():
+        row[path] = {"step_ms": round(statistics.median(r["step_ms"]), 1),
+                     "step_over_limit": round(statistics.median(r["step_ms"]) / 1e3 / limit, 2),
+                     "alone_s": round(statistics.median(r["alone_s"]), 2),
+                     "alone_reward": r["alone_reward"], "alone_kl": r["alone_kl"]}
+    row["step_speedup"] = round(row["exact"]["step_ms"] / row["fast"]["step_ms"], 2)
+    row["alone_speedup"] = round(row["exact"]["alone_s"] / row["fast"]["alone_s"], 2)
+    return row
+
+
+def main() -> None:
+    """Measure each model in its own process; print the JSON line."""
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", default="smollm2-135m,gemma3-270m")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--alone", type=int, default=256, help="held-out openings answered alone")
+    p.add_argument("--rounds", type=int, default=2, help="alternations of the two paths")
+    p.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.child:
+        print(json.dumps(measure(a.child, a.threads, a.steps, a.alone, a.rounds)))
+        return
+    rows = []
+    for model in a.models.split(","):
+        out = subprocess.run([sys.executable, __file__, "--child", model, "--threads",
+                              str(a.threads), "--steps", str(a.steps), "--alone", str(a.alone),
+                              "--rounds", str(a.rounds)], capture_output=True, text=True)
+        if out.returncode:
+            sys.exit(out.stderr[-3000:])
+        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        print(rows[-1], flush=True)
+    print(json.dumps({"rows": rows}))
+
+
+if __name__ == "__main__":
+    main()
