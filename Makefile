@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint install clean-venv perf-trl-venv gpu-check
+.PHONY: demo test lint docs-check install clean-venv perf-trl-venv gpu-check
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -33,6 +33,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q tests
+
+# every shell command of the README and docs/, checked as written (tools/doc_commands.py)
+docs-check: $(STAMP)
+	$(BIN)/python tools/doc_commands.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

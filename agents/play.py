@@ -16,11 +16,13 @@ from __future__ import annotations
 import shlex
 import sys
 import textwrap
+from dataclasses import dataclass, field
 
 import torch
 
 from cory_common import cli
-from cory_common.cli import add_import_option, key_values
+from cory_common.checks import meta
+from cory_common.cli import add_import_option
 from cory_common.plugins import load_plugins
 from cory_common.pretrained import PRETRAINED, check_model, model_source, resolve_model
 from cory_common.threads import thread_setting
@@ -79,38 +81,49 @@ def alone_score(model: str, task: str, n: int, samples: int, max_new_tokens: int
             "mean_reward": float(rewards.mean()), "exact_match": env.task.exact_match}
 
 
+@dataclass
+class PlayConfig:
+    """What `python -m agents.play` plays: a model on a task, a few episodes or N alone."""
+
+    model: str = field(default="smollm2-135m", metadata=meta(
+        f"a short name ({', '.join(PRETRAINED)}), a .gguf file or a model folder"))
+    task: str = field(default="reviews", metadata=meta("a registered task"))
+    episodes: int = field(default=4, metadata=meta("episodes to print"))
+    max_new_tokens: int | None = field(default=None, metadata=meta(
+        "tokens per answer (none: the task's)"))
+    seed: int = field(default=0, metadata=meta("seed of the queries and sampling"))
+    threads: int = field(default=0, metadata=meta(
+        "torch threads (0: torch's default, every core)"))
+    rounds: int = field(default=1, metadata=meta("each agent answers R times"))
+    alone: int = field(default=0, metadata=meta(
+        "instead: score the first N held-out queries answered alone"))
+    samples: int = field(default=1, metadata=meta("answers per query of --alone"))
+    task_options: dict = field(default_factory=dict, metadata=meta(
+        "the task's keywords, e.g. max_digits=2 (reasoning)"))
+
+    def validate(self) -> PlayConfig:
+        """Raise ValueError naming the bad option, before any model loads."""
+        check_model(self.model)
+        if self.task not in registered_tasks():
+            raise ValueError(unknown_task(self.task))
+        make_task(self.task, **self.task_options)  # its options, checked before loading
+        if self.threads < 0:
+            raise ValueError(f"--threads must be >= 0, got {self.threads}")
+        for name in ("episodes", "samples", "max_new_tokens", "rounds"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be positive, got {value}")
+        return self
+
+
 def main(argv=None) -> int:
     """Print the transcripts of one batch of episodes."""
     p = cli.Parser("python -m agents.play", description=__doc__)
-    p.add_argument("--model", default="smollm2-135m",
-                   help=f"a short name ({', '.join(PRETRAINED)}), a .gguf file or a model folder")
-    p.add_argument("--task", default="reviews", help="a registered task (default: reviews)")
-    p.add_argument("--episodes", type=int, default=4, help="episodes to print (default: 4)")
-    p.add_argument("--max-new-tokens", type=int, default=None,
-                   help="tokens per answer (default: the task's)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the queries and sampling")
-    p.add_argument("--threads", type=int, default=0,
-                   help="torch threads (0: torch's default, every core; they wait passively)")
-    p.add_argument("--rounds", type=int, default=1, help="each agent answers R times")
-    p.add_argument("--alone", type=int, default=0, metavar="N",
-                   help="instead: score the first N held-out queries answered alone")
-    p.add_argument("--samples", type=int, default=1, help="answers per query of --alone")
-    p.add_argument("--task-options", type=key_values, default={}, metavar="K=V,...",
-                   help="the task's keywords, e.g. max_digits=2 (reasoning)")
     add_import_option(p)
-    args = p.parse_args(argv)
     try:
-        load_plugins(args.imports)
-        check_model(args.model)
-        if args.task not in registered_tasks():
-            raise ValueError(unknown_task(args.task))
-        make_task(args.task, **args.task_options)  # its options, checked before loading
-        if args.threads < 0:
-            raise ValueError(f"--threads must be >= 0, got {args.threads}")
-        for name in ("episodes", "samples", "max_new_tokens", "rounds"):
-            value = getattr(args, name)
-            if value is not None and value < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be positive, got {value}")
+        args, ns = cli.parse_into(p, PlayConfig, argv)
+        load_plugins(ns.imports)
+        args.validate()
     except (TypeError, ValueError) as err:
         p.error(str(err))
     if args.threads:

@@ -19,6 +19,7 @@ import numpy as np
 from cory_common import cli
 from cory_common.files import atomic_write
 
+from .budgets import budget_table
 from .claims import CONTRADICTED, INCONCLUSIVE, SUPPORTED, all_claims
 from .config import SETTINGS
 from .evidence import gather
@@ -272,6 +273,10 @@ def render(data: RunData, plots: dict[str, list[str]] | None = None,
             title = task if kl_coef is None else f"{task}, kl_coef = {kl_coef:g}"
             out += [f"## {title}", "", "### Every model answering alone (final point)", "",
                     *alone_table(data, task, kl_coef), ""]
+            budgets = budget_table(data, task, kl_coef)
+            if budgets:
+                out += ["### What each arm spent (per model, means over seeds; alone-role turns: "
+                        "those answered from the alone prompt)", "", *budgets, ""]
             arms = arms_table(data, task, kl_coef)
             if arms:
                 out += ["### Every method against PPO on the reward–KL frontier (alone, "

@@ -31,7 +31,13 @@ if __package__ in (None, ""):  # `python benchmarks/run.py`
 
 from agents.training.config import catalogue
 from agents.training.runlog import FolderBusy, LedgerError
-from benchmarks.config import BenchConfig, add_config_options, resolve_config, resume_config
+from benchmarks.config import (
+    BenchConfig,
+    add_config_options,
+    resolve_config,
+    resume_config,
+    run_specs,
+)
 from benchmarks.engines import Execution
 from benchmarks.runner import RunFolder, StudyFailed, run_benchmark
 from cory_common import cli
@@ -51,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--allow-changed-code", action="store_true",
                         help="--resume even though an --import file changed (logged)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--plan", action="store_true",
+                        help="check every setting and list the runs, then stop: nothing is "
+                        "loaded or written")
     return parser
 
 
@@ -58,7 +67,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[BenchConfig, Path, bool]
     """The resolved settings, the run folder and the resume flag; raises ValueError."""
     given = dict(vars(args))
     out, resume = given.pop("out", None), given.pop("resume", False)
-    for name in ("no_progress", "allow_changed_code", *EXECUTION):
+    for name in ("no_progress", "allow_changed_code", "plan", *EXECUTION):
         given.pop(name, None)
     if resume and not out:
         raise ValueError("--resume needs --out, the folder of the run to continue")
@@ -70,6 +79,17 @@ def config_from_args(args: argparse.Namespace) -> tuple[BenchConfig, Path, bool]
 
 
 EXECUTION = tuple(f.name for f in dataclasses.fields(Execution))
+
+
+def plan(cfg: BenchConfig, out: Path, resume: bool) -> str:
+    """What the command would run, in words: the settings that size it and each run's key."""
+    specs = run_specs(cfg)
+    t = cfg.train
+    model = t.model or "the task's offline LM"
+    head = (f"{'resume' if resume else 'new'} run folder {out}: {len(specs)} runs of "
+            f"{t.iterations} iterations x batch {t.batch_size}, model {model}, "
+            f"decode {t.decode}")
+    return "\n".join([head] + [f"  {s.key}" for s in specs])
 
 
 def execution_from(args: argparse.Namespace) -> Execution:
@@ -86,6 +106,9 @@ def main(argv: list[str] | None = None) -> Path:
         execution = execution_from(args).check(cfg.threads, cfg.wandb)
     except ValueError as err:
         parser.error(cli.in_flags(str(err), BenchConfig))
+    if getattr(args, "plan", False):
+        print(plan(cfg, out, resume))
+        return out
     try:
         path = run_benchmark(cfg, out, resume=resume,
                              progress=not getattr(args, "no_progress", False),

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from agents.training.runlog import code_commit
 from agents.training.train import Trainer
 from cory_common.plugins import load_plugins
 
@@ -42,6 +43,14 @@ class Job:
     eval_at_start: bool = False  # the start iteration's alone evaluation is not recorded yet
     roles: dict | None = None  # each model's role in the iteration before `start`
     stop_after: int | None = None  # testing: stop after this iteration, as a kill would
+
+
+def provenance(trainer: Trainer) -> dict:
+    """What a record's numbers rest on beyond its settings: the code's commit ("-dirty": with
+    uncommitted changes) and what changes its draws (the decode path and torch's version)."""
+    fast = any(getattr(p, "engine", None) is not None for p in trainer.learner.policies.values())
+    return {"commit": code_commit(),
+            "draws": f"decode {'fast' if fast else 'exact'}, torch {torch.__version__}"}
 
 
 def flatten(metrics: dict, spec: RunSpec, time_fields=("time_rollout_s", "time_update_s")
@@ -69,7 +78,7 @@ def _evaluate(trainer: Trainer, job: Job, roles: dict, emit: Emit) -> None:
     except OSError as err:  # e.g. the GSM8K test split without hub access
         emit(("log", spec.key, f"alone-evaluation skipped, test split unavailable: {err}"))
         return
-    emit(("evals", spec.key, records))
+    emit(("evals", spec.key, [{**r, **provenance(trainer)} for r in records]))
 
 
 def _checkpoint(trainer: Trainer, job: Job, emit: Emit) -> None:
@@ -113,12 +122,13 @@ def train_run(job: Job, emit: Emit) -> bool:
         if trainer.iteration != job.start:
             raise ValueError(f"{spec.key}: the checkpoint is at iteration {trainer.iteration}, "
                              f"the coordinator expected {job.start}")
+    made = provenance(trainer)
     if job.eval_at_start and evaluation_due(cfg, trainer.iteration):
         _evaluate(trainer, job, job.roles or {}, emit)
     while trainer.iteration < cfg.train.iterations:
         if job.stop_after is not None and trainer.iteration >= job.stop_after:
             return False
-        records = flatten(trainer.step(), spec)
+        records = [{**r, **made} for r in flatten(trainer.step(), spec)]
         emit(("records", spec.key, records))
         if evaluation_due(cfg, trainer.iteration):
             _evaluate(trainer, job, {r["agent"]: r["role"] for r in records}, emit)

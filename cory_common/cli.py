@@ -178,6 +178,17 @@ def add_options(parser: argparse.ArgumentParser, cls, defaults=None,
     return dests
 
 
+def parse_into(parser: argparse.ArgumentParser, cls, argv=None,
+               special: dict[str, dict] | None = None):
+    """(the `cls` config, the namespace): an option per field of `cls` added to `parser`, its
+    defaults `cls()`'s, and argv parsed; the parser's other options stay in the namespace."""
+    defaults = cls()
+    dests = add_options(parser, cls, defaults, special=special)
+    parser.set_defaults(**{dest: get(defaults, path) for dest, path in dests.items()})
+    args = parser.parse_args(argv)
+    return apply(defaults, {path: getattr(args, dest) for dest, path in dests.items()}), args
+
+
 def apply(cfg, values: dict[tuple[str, ...], Any]):
     """A copy of `cfg` with the value of each field path replaced (nested configs copied).
 

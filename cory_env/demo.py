@@ -16,10 +16,12 @@ random tokens.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from cory_common import cli
+from cory_common.checks import meta
 from cory_common.cli import add_import_option
 from cory_common.plugins import load_plugins
 
@@ -73,33 +75,50 @@ def evaluate(policies: Mapping[str, Policy] | Policy, episodes: int = 16, seed: 
     return {"roles": summary, "episodes": played}
 
 
+@dataclass
+class DemoConfig:
+    """What `python -m cory_env.demo` plays: tasks, episodes and the roles' policies."""
+
+    tasks: list[str] = field(default_factory=lambda: ["sentiment", "arithmetic"], metadata=meta(
+        "comma list of tasks, each played in turn"))
+    episodes: int = field(default=2, metadata=meta("episodes per task"))
+    seed: int = field(default=0, metadata=meta("seed of the queries and random answers"))
+    n_agents: int = field(default=2, metadata=meta("agents in the chain (K)"))
+    policy: list[str] = field(default_factory=list, metadata=meta(
+        "a str -> str function for a role, e.g. observer=mymod:answer (repeatable)"))
+
+    def validate(self) -> DemoConfig:
+        """Raise ValueError naming the bad option (a policy's module is imported here: it may
+        register the task it plays)."""
+        if self.n_agents < 2:
+            raise ValueError(f"--n-agents must be at least 2, got {self.n_agents}")
+        if self.episodes < 1:
+            raise ValueError(f"--episodes must be at least 1, got {self.episodes}")
+        self.policies()
+        for task in self.tasks:
+            if task not in registered_tasks():
+                raise ValueError(unknown_task(task))
+        return self
+
+    def policies(self) -> dict[str, Policy]:
+        """The --policy functions by role (their modules imported)."""
+        return parse_policies(self.policy, role_names(self.n_agents))
+
+
 def main(argv=None) -> dict:
     """Play a few episodes per task, print each transcript and the roles' scores."""
     p = cli.Parser("python -m cory_env.demo", description=__doc__)
-    p.add_argument("--tasks", default="sentiment,arithmetic",
-                   help="comma list of tasks, each played in turn (default: %(default)s)")
-    p.add_argument("--episodes", type=int, default=2, help="episodes per task (default: 2)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the queries and random answers")
-    p.add_argument("--n-agents", type=int, default=2, help="agents in the chain (K)")
-    p.add_argument("--policy", action="append", default=[], metavar="ROLE=SPEC",
-                   help="a str -> str function for a role, e.g. observer=mymod:answer")
     add_import_option(p)
-    args = p.parse_args(argv)
     try:
-        load_plugins(args.imports)
-        if args.n_agents < 2:
-            raise ValueError(f"--n-agents must be at least 2, got {args.n_agents}")
-        if args.episodes < 1:
-            raise ValueError(f"--episodes must be at least 1, got {args.episodes}")
-        # a policy's module may register the task it plays: import it before the check
-        policies = parse_policies(args.policy, role_names(args.n_agents))
-        for task in args.tasks.split(","):
-            if task not in registered_tasks():
-                raise ValueError(unknown_task(task))
+        args, ns = cli.parse_into(p, DemoConfig, argv, special={"policy": {
+            "action": "append", "metavar": "ROLE=SPEC"}})
+        load_plugins(ns.imports)
+        args.validate()
     except ValueError as err:
         p.error(str(err))
+    policies = args.policies()
     out = {}
-    for task in args.tasks.split(","):
+    for task in args.tasks:
         try:
             result = evaluate(policies, episodes=args.episodes, seed=args.seed, task=task,
                               n_agents=args.n_agents)

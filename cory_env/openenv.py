@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from cory_common import cli
@@ -39,6 +40,7 @@ except ModuleNotFoundError as err:  # an optional extra
     raise ModuleNotFoundError(f"cory_env.openenv needs openenv-core ({err}): "
                               f"pip install 'cory[openenv]'") from None
 
+from cory_common.checks import meta
 from cory_common.cli import add_import_option
 from cory_common.plugins import load_plugins
 
@@ -155,24 +157,32 @@ def app(role: str | None = None, policies: Mapping[str, Policy] | None = None,
     return Connections(inner, CoryAction, max_connections=max_connections, idle_s=idle_s)
 
 
+@dataclass
+class ServeConfig:
+    """What `python -m cory_env.openenv` serves: one task's chain, the roles it hosts, where."""
+
+    task: str = field(default="course", metadata=meta("the one task served"))
+    role: str | None = field(default=None, metadata=meta(
+        "the role the client plays (none: every role in turn)"))
+    policy: list[str] = field(default_factory=list, metadata=meta(
+        "a str -> str function for a hosted role, e.g. pioneer=mymod:answer (repeatable)"))
+    n_agents: int = field(default=2, metadata=meta("agents in the chain, K"))
+    rounds: int = field(default=1, metadata=meta("rounds: each agent answers R times"))
+    host: str = field(default="127.0.0.1", metadata=meta("address to listen on"))
+    port: int = field(default=8000, metadata=meta("port to listen on"))
+    max_connections: int = field(default=8, metadata=meta("client connections at once"))
+    idle_timeout: float = field(default=300.0, metadata=meta(
+        "seconds after which a connection that sends nothing is closed"))
+
+
 def main(argv=None) -> None:
     """Serve the text env on localhost for OpenEnv clients."""
     p = cli.Parser("python -m cory_env.openenv", description=__doc__)
-    p.add_argument("--task", default="course", help="the one task served (default: course)")
-    p.add_argument("--role", default=None, help="the role the client plays (none: all)")
-    p.add_argument("--policy", action="append", default=[], metavar="ROLE=SPEC",
-                   help="a str -> str function for a hosted role, e.g. pioneer=mymod:answer")
-    p.add_argument("--n-agents", type=int, default=2, help="agents in the chain, K (default: 2)")
-    p.add_argument("--rounds", type=int, default=1, help="rounds: each agent answers R times")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback)")
-    p.add_argument("--port", type=int, default=8000, help="port to listen on (default: 8000)")
-    p.add_argument("--max-connections", type=int, default=8, help="client connections at once")
-    p.add_argument("--idle-timeout", type=float, default=300.0, metavar="SECONDS",
-                   help="close a connection that sends nothing for this long")
     add_import_option(p)
-    args = p.parse_args(argv)
     try:
-        load_plugins(args.imports)
+        args, ns = cli.parse_into(p, ServeConfig, argv, special={"policy": {
+            "action": "append", "metavar": "ROLE=SPEC"}})
+        load_plugins(ns.imports)
         policies = parse_policies(args.policy, role_names(args.n_agents))
         server = app(args.role, policies, args.max_connections, args.idle_timeout,
                      task=args.task, n_agents=args.n_agents, rounds=args.rounds)

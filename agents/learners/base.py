@@ -160,9 +160,13 @@ class PPOAgent:
         turn.values = ev.values.float() * turn.response_mask
         return turn
 
-    def learn(self, batch: PPOBatch, turn: Turn, generator) -> dict[str, float]:
-        """Run PPO on the batch, then update the KL coefficient from this batch's KL."""
-        stats = ppo_update(self.policy, self.optimizer, batch, self.cfg, generator=generator,
+    def learn(self, batch: PPOBatch, turn: Turn, generator, accumulate: int = 1
+              ) -> dict[str, float]:
+        """Run PPO on the batch (each optimizer step over `accumulate` times the configured
+        rows), then update the KL coefficient from this batch's KL."""
+        cfg = self.cfg if accumulate == 1 else \
+            replace(self.cfg, grad_accum_steps=self.cfg.grad_accum_steps * accumulate)
+        stats = ppo_update(self.policy, self.optimizer, batch, cfg, generator=generator,
                            kl_coef=self.kl_coef, evaluate_kwargs={"sampling": self.sampling},
                            backward=self.comm.backward, all_ok=self.comm.all_ok)
         stats["kl_coef"] = self.kl_coef

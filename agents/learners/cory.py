@@ -37,9 +37,13 @@ CORY_NO_RE = register_structure(replace(CORY, name="cory-no-re", role_exchange=F
 CORY_INDIVIDUAL = register_structure(replace(CORY, name="cory-individual",
                                              reward_mode="individual"))
 # One policy for both roles: one model plays pioneer and observer and learns from both turns
-# of every episode (no role exchange: there is one model)
+# of every episode (no role exchange: there is one model), in as many optimizer steps as one
+# PPO model takes (each step accumulates both roles' rows); `cory-shared-more-steps` takes a
+# step per mini-batch of the stacked turns, K times as many
 CORY_SHARED = register_structure(replace(CORY, name="cory-shared", role_exchange=False,
                                          shared_policy=True))
+CORY_SHARED_MORE_STEPS = register_structure(replace(CORY_SHARED, name="cory-shared-more-steps",
+                                                    matched_steps=False))
 
 
 def rotation(iteration: int, t_rex: int, n_agents: int = 2) -> int:
@@ -55,3 +59,4 @@ register_method("cory-no-kt", "ppo", CORY_NO_KT, ablates="knowledge transfer")
 register_method("cory-no-re", "ppo", CORY_NO_RE, ablates="role exchange")
 register_method("cory-individual", "ppo", CORY_INDIVIDUAL)
 register_method("cory-shared", "ppo", CORY_SHARED)
+register_method("cory-shared-more-steps", "ppo", CORY_SHARED_MORE_STEPS)

@@ -40,9 +40,10 @@ class PPO(Learner):
         return {a: self.agents[a].learn(b, turns[a], self.generator) for a, b in batches.items()}
 
     def update_shared(self, batches: dict, turns: dict) -> dict:
-        """One PPO update of the one policy on every position's turns together. What each
-        role's turns contribute: the norm of their policy gradient before the update
-        (`role_grad_norm`, over a minibatch of each) and its share of the roles' sum."""
+        """One PPO update of the one policy on every position's turns together, in one model's
+        optimizer steps (`Structure.matched_steps`: each step accumulates every position's
+        rows). What each role's turns contribute: the norm of their policy gradient before the
+        update (`role_grad_norm`, over a minibatch of each) and its share of the roles' sum."""
         for b in batches.values():
             if b.advantages is None:
                 prepare_advantages(b, self.cfg.ppo)
@@ -50,7 +51,9 @@ class PPO(Learner):
         norms = {a: role_grad_norm(one.policy, b, self.cfg.ppo.mini_batch_size, self.sampling)
                  for a, b in batches.items()}
         joint = PPOBatch(**stack_rows(list(batches.values())))
-        stats = one.learn(joint, Turn(**stack_rows(list(turns.values()))), self.generator)
+        steps_of = len(batches) if self.structure.matched_steps else 1  # rows per step: k x
+        stats = one.learn(joint, Turn(**stack_rows(list(turns.values()))), self.generator,
+                          accumulate=steps_of)
         total = sum(norms.values()) or 1.0
         return {a: {**stats, "role_grad_norm": norms[a], "role_grad_share": norms[a] / total}
                 for a in batches}

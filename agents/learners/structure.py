@@ -30,6 +30,9 @@ class Structure:
     reward_mode: str = "individual"  # "collective": every agent is paid the sum of the rewards
     role_exchange: bool = False  # each model moves one position every t_rex iterations
     shared_policy: bool = False  # one model (one set of weights) plays every position
+    # with a shared policy: its one update takes one model's optimizer steps (every position's
+    # rows accumulated into each step), not K times as many
+    matched_steps: bool = True
 
     def __post_init__(self) -> None:
         if self.reward_mode not in REWARD_MODES:

@@ -279,13 +279,28 @@ def _sha256(path: Path) -> str:
 
 
 def _commit() -> str | None:
-    """The git commit of the checkout this package runs from (None outside one)."""
+    """The git commit of the checkout this package runs from, with "-dirty" when its tracked
+    files differ from it (None outside a checkout)."""
     here = Path(__file__).resolve().parents[2]  # the checkout's root (.git: a folder or file)
     if not (here / ".git").exists():
         return None
     try:
-        out = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True,
-                             text=True, timeout=5)
-        return out.stdout.strip() or None
+        head = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"],
+                              capture_output=True, text=True, timeout=5).stdout.strip()
+        changed = subprocess.run(["git", "-C", str(here), "status", "--porcelain",
+                                  "--untracked-files=no"], capture_output=True, text=True,
+                                 timeout=5).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
+    return (head + ("-dirty" if changed else "")) if head else None
+
+
+def code_commit() -> str | None:
+    """The commit the running code is (see `_commit`), computed once per process."""
+    global _COMMIT
+    if _COMMIT is ...:
+        _COMMIT = _commit()
+    return _COMMIT
+
+
+_COMMIT = ...

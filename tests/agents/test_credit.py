@@ -171,6 +171,16 @@ def test_cory_shared_trains_one_policy_on_both_roles_and_says_what_each_contribu
         config(toy_lm, "cory-shared", task="toy", models={"llm_1": toy_lm}).validate()
 
 
+def test_cory_shared_takes_ppos_optimizer_steps_and_the_named_variant_k_times(toy_lm):
+    """Batch 16 at mini-batch 8, 4 epochs: PPO takes 2 steps an epoch; `cory-shared`'s one
+    update of both roles' 32 rows accumulates them into the same 8 steps."""
+    steps = {m: Trainer(config(toy_lm, m, task="toy", iterations=1)).step()
+             for m in ("ppo", "cory-shared", "cory-shared-more-steps")}
+    assert steps["ppo"]["llm_0"]["optimizer_steps"] == 8
+    assert steps["cory-shared"]["llm_0"]["optimizer_steps"] == 8
+    assert steps["cory-shared-more-steps"]["llm_0"]["optimizer_steps"] == 16
+
+
 def test_a_transcript_over_rounds_longer_than_the_models_positions_is_refused(toy_lm):
     """MAPPO's critic reads every turn of every round: 64 positions are too few here, and the
     run is refused before any model loads."""

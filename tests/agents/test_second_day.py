@@ -125,3 +125,32 @@ def test_threads_wait_passively_only_when_other_work_holds_a_core(monkeypatch):
     monkeypatch.delenv("CORY_WAIT_CHOSEN")
     monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
     assert threads.choose_wait_policy() == "ACTIVE"  # the user's own setting wins
+
+
+def test_play_demo_and_openenv_options_are_their_configs_fields():
+    import argparse
+    import dataclasses
+
+    from agents.play import PlayConfig
+    from cory_common import cli
+    from cory_env.demo import DemoConfig
+
+    configs = [PlayConfig, DemoConfig]
+    try:
+        from cory_env.openenv import ServeConfig
+        configs.append(ServeConfig)
+    except ModuleNotFoundError:  # the optional openenv extra
+        pass
+    for cls in configs:
+        parser = argparse.ArgumentParser()
+        cfg, _ = cli.parse_into(parser, cls, [])
+        assert cfg == cls()  # no option given: the dataclass's defaults
+        flags = {a.option_strings[0] for a in parser._actions if a.option_strings}
+        fields = {"--" + f.name.replace("_", "-") for f in dataclasses.fields(cls)}
+        assert fields <= flags, cls
+        assert all(a.help and "(default:" in a.help for a in parser._actions
+                   if a.option_strings and a.option_strings[0] in fields)
+    cfg, _ = cli.parse_into(argparse.ArgumentParser(), DemoConfig,
+                            ["--tasks", "course", "--episodes", "3", "--policy", "observer=m:f",
+                             "--policy", "pioneer=m:g"], special={"policy": {"action": "append"}})
+    assert cfg == DemoConfig(tasks=["course"], episodes=3, policy=["observer=m:f", "pioneer=m:g"])

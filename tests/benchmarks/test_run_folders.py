@@ -310,13 +310,15 @@ def test_distributed_records_its_code_and_refuses_a_changed_plugin(tmp_path):
 
 def test_a_run_folder_records_the_commit_of_the_checkout_it_ran_from():
     """run_config.json's code identity names the git commit when the package runs from a
-    checkout (a clone or a worktree), so a published folder says which code made it."""
+    checkout (a clone or a worktree), so a published folder says which code made it, and
+    "-dirty" when tracked files differ from that commit."""
     root = Path(__file__).resolve().parents[2]
     if not (root / ".git").exists():
         pytest.skip("not a git checkout")
-    head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
-                          text=True).stdout.strip()
-    assert head and code_identity()["commit"] == head
+    git = lambda *a: subprocess.run(["git", "-C", str(root), *a], capture_output=True,  # noqa
+                                    text=True).stdout.strip()
+    head, changed = git("rev-parse", "HEAD"), git("status", "--porcelain", "--untracked-files=no")
+    assert head and code_identity()["commit"] == head + ("-dirty" if changed else "")
 
 
 # ------------------------------------------------------------------------------- merging

@@ -1,0 +1,306 @@
+"""Why the answer is what it is: the factor study's table, generated from its pre-stated plan.
+
+    python -m benchmarks.why docs/fidelity/plan.toml              # the table, from the records
+    python -m benchmarks.why docs/fidelity/plan.toml --out docs/fidelity/why.md
+    python -m benchmarks.why docs/fidelity/plan.toml --power      # seeds each hypothesis needs
+
+The plan (a TOML file committed before its runs) names each hypothesis: two arms (a folder,
+a method, the task, and optionally the iterations read), the quantity compared (`alone_gain`:
+the mean alone reward over the points after the base minus the base's, per seed;
+`final_gain`: the last point's), pairing (`paired` by seed, or `welch` for arms that share no
+seeds or machine), the test and its margin:
+- `difference`: two-sided, a − b ≠ 0; verdict "a > b", "a < b" or "undecided";
+- `superiority`: one-sided in `direction` ("greater": a − b > 0); "supported" or "undecided";
+- `equivalence`: |a − b| < margin by two one-sided tests; "equivalent within ±margin" or
+  "not shown equivalent".
+Holm's correction runs over the whole family: a hypothesis whose arms have no records yet
+counts with p = 1, so the family never shrinks. An undecided row says the largest effect its
+interval still allows. A contrast whose arms differ in a budget that is not its factor
+(`benchmarks.budgets`; `factor_budgets` lists the ones it varies), or whose records were made
+by different code or draws (each record's `commit` and `draws`), is flagged in bold.
+The same plan and records give the same bytes.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import tomllib
+from scipy import stats as st
+
+from cory_common import cli
+from cory_common.files import atomic_write
+
+from .budgets import arm_budget, differing
+from .intervals import ALPHA, POWER, holm, t_quantile
+from .records import RunData
+
+QUANTITIES = ("alone_gain", "final_gain")
+TESTS = ("difference", "superiority", "equivalence")
+PAIRINGS = ("paired", "welch")
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One side of a contrast: a method's runs in a folder (read up to `iterations`)."""
+
+    folder: str
+    method: str
+    task: str = "reviews"
+    iterations: int | None = None  # read only the alone points at or before this iteration
+
+    def label(self) -> str:
+        """How the table names it."""
+        cut = f" to it. {self.iterations}" if self.iterations else ""
+        return f"`{self.method}`{cut} ({Path(self.folder).name})"
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """One planned contrast a − b (see the module docstring)."""
+
+    id: str
+    claim: str
+    a: Arm
+    b: Arm
+    quantity: str = "alone_gain"
+    test: str = "difference"
+    pairing: str = "paired"
+    direction: str = "greater"
+    margin: float = 0.25
+    seeds: int = 10
+    factor_budgets: tuple[str, ...] = ()
+    pilot: str | None = None  # a first-pass folder holding both arms' methods (for --power)
+
+    def __post_init__(self):
+        for name, value, allowed in (("quantity", self.quantity, QUANTITIES),
+                                     ("test", self.test, TESTS),
+                                     ("pairing", self.pairing, PAIRINGS),
+                                     ("direction", self.direction, ("greater", "less"))):
+            if value not in allowed:
+                raise ValueError(f"hypothesis {self.id}: {name} must be one of {allowed}, "
+                                 f"got {value!r}")
+        if not self.margin > 0:
+            raise ValueError(f"hypothesis {self.id}: margin must be > 0, got {self.margin!r}")
+
+
+@dataclass
+class Plan:
+    """A pre-stated plan: its hypotheses and when it was written."""
+
+    written: str
+    hypotheses: list[Hypothesis] = field(default_factory=list)
+    alpha: float = ALPHA
+
+    @classmethod
+    def load(cls, path: str | Path) -> Plan:
+        """Read a plan file, naming the bad entry."""
+        data = tomllib.loads(Path(path).read_text())
+        hyps = []
+        for h in data.get("hypothesis", []):
+            h = dict(h)
+            try:
+                a, b = Arm(**h.pop("a")), Arm(**h.pop("b"))
+                h["factor_budgets"] = tuple(h.get("factor_budgets", ()))
+                hyps.append(Hypothesis(a=a, b=b, **h))
+            except (KeyError, TypeError) as err:
+                raise ValueError(f"{path}: hypothesis {h.get('id', '?')}: {err}") from None
+        ids = [h.id for h in hyps]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"{path}: hypothesis ids repeat: {ids}")
+        return cls(str(data.get("written", "")), hyps, float(data.get("alpha", ALPHA)))
+
+
+def per_seed(arm: Arm, quantity: str, cache: dict) -> dict[int, float]:
+    """seed -> the arm's quantity (empty when the folder or the method has no records)."""
+    folder = Path(arm.folder)
+    if not (folder / "alone.jsonl").exists():
+        return {}
+    data = cache.setdefault(str(folder), RunData.load(folder))
+    out = {}
+    for seed, t in data.trajectories(arm.task, arm.method, None).items():
+        keep = t.iterations <= (arm.iterations if arm.iterations else math.inf)
+        reward = t.reward[keep]
+        if len(reward) < 2:
+            continue
+        out[int(seed)] = float(np.mean(reward[1:]) - reward[0]) if quantity == "alone_gain" \
+            else float(reward[-1] - reward[0])
+    return out
+
+
+def made_with(data: RunData, arm: Arm, name: str) -> list[str]:
+    """The distinct `commit` or `draws` values of an arm's alone records ("unrecorded" for
+    records written before they were kept)."""
+    rows = [r for r in data.evals if r["task"] == arm.task and r["method"] == arm.method]
+    cut = 12 if name == "commit" else None
+    return sorted({str(r.get(name) or "unrecorded")[:cut] for r in rows})
+
+
+@dataclass
+class Row:
+    """One hypothesis's estimate, test and verdict."""
+
+    hypothesis: Hypothesis
+    n: int
+    estimate: float = math.nan
+    low: float = math.nan
+    high: float = math.nan
+    p: float = 1.0
+    p_holm: float = 1.0
+    flags: list[str] = field(default_factory=list)
+
+    def verdict(self, alpha: float) -> str:
+        """The verdict at the family-wise level alpha (Holm)."""
+        h = self.hypothesis
+        if self.n < 2:
+            return f"not run ({self.n} of {h.seeds} seeds)"
+        hides = max(abs(self.low), abs(self.high))
+        if self.p_holm < alpha:
+            return {"difference": "a > b" if self.estimate > 0 else "a < b",
+                    "superiority": "supported",
+                    "equivalence": f"equivalent within ±{h.margin:g}"}[h.test]
+        if h.test == "equivalence":
+            return f"not shown equivalent (the interval reaches {hides:.2f})"
+        return f"undecided (could hide an effect of up to {hides:.2f})"
+
+
+def contrast(h: Hypothesis, cache: dict) -> Row:
+    """Estimate, 95% interval and the test's p-value of a − b."""
+    a, b = per_seed(h.a, h.quantity, cache), per_seed(h.b, h.quantity, cache)
+    if h.pairing == "paired":
+        seeds = sorted(set(a) & set(b))
+        d = np.array([a[s] - b[s] for s in seeds])
+        n = len(d)
+        if n < 2:
+            return Row(h, n)
+        mean, se, df = float(d.mean()), float(d.std(ddof=1) / math.sqrt(n)), n - 1
+    else:
+        xa, xb = np.array(list(a.values())), np.array(list(b.values()))
+        n = min(len(xa), len(xb))
+        if n < 2:
+            return Row(h, n)
+        va, vb = xa.var(ddof=1) / len(xa), xb.var(ddof=1) / len(xb)
+        mean, se = float(xa.mean() - xb.mean()), float(math.sqrt(va + vb))
+        df = (va + vb) ** 2 / (va ** 2 / (len(xa) - 1) + vb ** 2 / (len(xb) - 1))
+    half = t_quantile(df) * se if se > 0 else 0.0
+    cdf = (lambda x: st.t.cdf(x / se, df)) if se > 0 else (lambda x: float(x >= 0))
+    if h.test == "difference":
+        p = 2 * min(cdf(mean), 1 - cdf(mean))
+    elif h.test == "superiority":
+        p = 1 - cdf(mean) if h.direction == "greater" else cdf(mean)
+    else:  # two one-sided tests: above -margin and below +margin
+        p = max(1 - cdf(mean + h.margin), cdf(mean - h.margin))
+    return Row(h, n, mean, mean - half, mean + half, float(min(max(p, 0.0), 1.0)))
+
+
+def evaluate(plan: Plan) -> list[Row]:
+    """Every hypothesis's row, Holm-adjusted over the whole family, budgets checked."""
+    cache: dict = {}
+    rows = [contrast(h, cache) for h in plan.hypotheses]
+    for row, adjusted in zip(rows, holm([r.p for r in rows])):
+        row.p_holm = adjusted
+        h = row.hypothesis
+        if row.n >= 2:
+            da, db = cache[str(Path(h.a.folder))], cache[str(Path(h.b.folder))]
+            ba = arm_budget(da, h.a.task, h.a.method)
+            bb = arm_budget(db, h.b.task, h.b.method)
+            row.flags = differing(ba, bb, skip=h.factor_budgets)
+            for name in ("commit", "draws"):
+                made = [made_with(d, arm, name) for d, arm in ((da, h.a), (db, h.b))]
+                if made[0] != made[1] or len(made[0]) > 1:
+                    row.flags.append(f"{name} {' + '.join(made[0])} vs {' + '.join(made[1])}")
+    return rows
+
+
+def render(plan: Plan, rows: list[Row], source: str) -> str:
+    """The markdown table of the family."""
+    lines = [f"Generated by `python -m benchmarks.why {source}` from the plan written "
+             f"{plan.written} and the records it names; Holm's correction over all "
+             f"{len(rows)} hypotheses at α = {plan.alpha:g}.", "",
+             "| id | hypothesis | a | b | quantity | a − b [95% CI] | test | p | Holm p | "
+             "verdict |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        h = r.hypothesis
+        test = {"difference": "two-sided", "superiority": f"one-sided ({h.direction})",
+                "equivalence": f"TOST ±{h.margin:g}"}[h.test]
+        est = "–" if r.n < 2 else f"{r.estimate:+.2f} [{r.low:+.2f}, {r.high:+.2f}] (n={r.n})"
+        verdict = r.verdict(plan.alpha)
+        if r.flags:
+            verdict += "; **budgets differ: " + ", ".join(r.flags) + "**"
+        p = "–" if r.n < 2 else f"{r.p:.3g}"
+        ph = "–" if r.n < 2 else f"{r.p_holm:.3g}"
+        lines.append(f"| {h.id} | {h.claim} | {h.a.label()} | {h.b.label()} | "
+                     f"{h.quantity.replace('_', ' ')} ({h.pairing}) | {est} | {test} | {p} | "
+                     f"{ph} | {verdict} |")
+    return "\n".join(lines) + "\n"
+
+
+def seeds_needed(sd: float, h: Hypothesis, expected: float = 0.0, alpha: float = ALPHA,
+                 top: int = 200) -> int | None:
+    """Seeds for 80% power at `alpha` with per-seed spread `sd`: to detect `margin`
+    (difference, superiority), or to show equivalence within ±margin when the true gap is
+    `expected`."""
+    for n in range(3, top + 1):
+        se = sd / math.sqrt(n)
+        if h.test == "equivalence":
+            ok = (t_quantile(n - 1, 1 - alpha) + t_quantile(n - 1, 1 - (1 - POWER) / 2)) * se \
+                <= h.margin - abs(expected)
+        else:
+            q = 1 - alpha / 2 if h.test == "difference" else 1 - alpha
+            ok = (t_quantile(n - 1, q) + t_quantile(n - 1, POWER)) * se <= h.margin
+        if ok:
+            return n
+    return None
+
+
+def power_lines(plan: Plan) -> list[str]:
+    """Each hypothesis's seeds from the spread of its contrast in its pilot folder, at the
+    plan's alpha and at alpha / m (Holm's first step over the m hypotheses)."""
+    cache: dict = {}
+    out, strict = [], plan.alpha / max(1, len(plan.hypotheses))
+    for h in plan.hypotheses:
+        if h.pilot is None:
+            out.append(f"{h.id}: no pilot folder: the plan's {h.seeds} seeds stand")
+            continue
+        pilot = replace(h, a=replace(h.a, folder=h.pilot, iterations=None),
+                        b=replace(h.b, folder=h.pilot, iterations=None))
+        r = contrast(pilot, cache)
+        if r.n < 2:
+            out.append(f"{h.id}: {h.pilot} lacks the arms: the plan's {h.seeds} seeds stand")
+            continue
+        sd = (r.high - r.low) / 2 / t_quantile(r.n - 1) * math.sqrt(r.n)
+        gap = r.estimate if h.test == "equivalence" else 0.0
+        need = [seeds_needed(sd, h, gap, a) or "> 200" for a in (plan.alpha, strict)]
+        out.append(f"{h.id}: pilot {r.estimate:+.2f}, per-seed sd {sd:.3f} over {r.n} seeds, "
+                   f"margin {h.margin:g}: 80% power needs {need[0]} seeds at alpha "
+                   f"{plan.alpha:g}, {need[1]} at {strict:.2g} (planned {h.seeds})")
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Render the table of a plan (or its power lines)."""
+    p = cli.Parser("python -m benchmarks.why", description=__doc__)
+    p.add_argument("plan", help="the plan file (TOML)")
+    p.add_argument("--out", help="write the table here (markdown) instead of printing it")
+    p.add_argument("--power", action="store_true", help="seeds each hypothesis needs")
+    args = p.parse_args(argv)
+    try:
+        plan = Plan.load(args.plan)
+    except (OSError, ValueError, tomllib.TOMLDecodeError) as err:
+        p.error(str(err))
+    if args.power:
+        print("\n".join(power_lines(plan)))
+        return
+    text = render(plan, evaluate(plan), args.plan)
+    if args.out:
+        atomic_write(args.out, text)
+    else:
+        sys.stdout.write(text)
+
+
+if __name__ == "__main__":
+    main()

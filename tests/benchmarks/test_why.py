@@ -1,0 +1,165 @@
+"""`python -m benchmarks.why`: a pre-stated plan's table from records, with hand-checkable
+estimates, TOST, Holm over the whole family, budget flags, and the same bytes every time."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from benchmarks.budgets import arm_budget
+from benchmarks.records import FORMAT, RunData
+from benchmarks.why import Plan, evaluate, main, render, seeds_needed
+
+GAINS = {"ppo": [0.8, 0.5, 0.9, 0.6], "cory": [0.3, 0.2, 0.5, 0.1],
+         "cory-no-re": [0.32, 0.18, 0.52, 0.12]}
+
+
+def folder(tmp_path, steps=None):
+    """A run folder whose methods' alone gains per seed are GAINS (base 0, two later points
+    averaging the gain), with training records of 3 iterations at batch 4."""
+    steps = steps or {}
+    evals, rows = [], []
+    for method, gains in GAINS.items():
+        agents = ["llm_0"] if method == "ppo" else ["llm_0", "llm_1"]
+        for seed, g in enumerate(gains):
+            for it, r in ((0, 0.0), (3, g - 0.1), (6, g + 0.1)):
+                for a in agents:
+                    evals.append({"task": "reviews", "method": method, "seed": seed,
+                                  "swept_kl_coef": None, "model": a, "iteration": it,
+                                  "task_reward": r, "kl": 0.0, "combined_reward": r})
+            for it in range(3):
+                for pos, a in enumerate(agents):
+                    rows.append({"task": "reviews", "method": method, "seed": seed,
+                                 "swept_kl_coef": None, "agent": a, "iteration": it,
+                                 "role": ["pioneer", "observer"][pos], "position": pos,
+                                 "response_length": 10, "optimizer_steps": steps.get(method, 4)})
+    tmp_path.mkdir(exist_ok=True)
+    (tmp_path / "alone.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evals))
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "run_config.json").write_text(json.dumps({"format": FORMAT,
+                                                          "train": {"batch_size": 4}}))
+    return tmp_path
+
+
+def plan_file(tmp_path, run, extra=""):
+    """A plan of three hypotheses on `run` (and one whose folder does not exist)."""
+    text = f'''written = "2026-12-04"
+[[hypothesis]]
+id = "D"
+claim = "cory differs from ppo"
+a = {{ folder = "{run}", method = "cory" }}
+b = {{ folder = "{run}", method = "ppo" }}
+[[hypothesis]]
+id = "E"
+claim = "role exchange changes nothing"
+a = {{ folder = "{run}", method = "cory" }}
+b = {{ folder = "{run}", method = "cory-no-re" }}
+test = "equivalence"
+margin = 0.1
+[[hypothesis]]
+id = "L"
+claim = "later"
+a = {{ folder = "{tmp_path}/none", method = "cory" }}
+b = {{ folder = "{run}", method = "ppo" }}
+{extra}'''
+    path = tmp_path / "plan.toml"
+    path.write_text(text)
+    return path
+
+
+def test_the_table_is_the_hand_computed_tests_holm_adjusted_over_the_family(tmp_path):
+    run = folder(tmp_path / "run")
+    plan = Plan.load(plan_file(tmp_path, run))
+    d_row, e_row, later = evaluate(plan)
+    d = np.array(GAINS["cory"]) - np.array(GAINS["ppo"])
+    t = stats.ttest_rel(GAINS["cory"], GAINS["ppo"])
+    assert d_row.estimate == pytest.approx(d.mean()) and d_row.p == pytest.approx(t.pvalue)
+    half = stats.t.ppf(0.975, 3) * d.std(ddof=1) / 2
+    assert (d_row.low, d_row.high) == pytest.approx((d.mean() - half, d.mean() + half))
+    e = np.array(GAINS["cory"]) - np.array(GAINS["cory-no-re"])  # within ±0.1: equivalent
+    se = e.std(ddof=1) / 2
+    tost = max(1 - stats.t.cdf((e.mean() + 0.1) / se, 3), stats.t.cdf((e.mean() - 0.1) / se, 3))
+    assert e_row.p == pytest.approx(tost)
+    assert later.n == 0 and later.p == 1.0  # not run: counted in the family as p = 1
+    ps = sorted([d_row.p, e_row.p])  # Holm over 3: the smallest times 3, the next times 2
+    assert min(d_row.p_holm, e_row.p_holm) == pytest.approx(3 * ps[0])
+    assert max(d_row.p_holm, e_row.p_holm) == pytest.approx(max(3 * ps[0], 2 * ps[1]))
+    assert d_row.verdict(0.05) == "a < b"
+    assert e_row.verdict(0.05) == "equivalent within ±0.1"
+    assert later.verdict(0.05) == "not run (0 of 10 seeds)"
+
+
+def test_a_contrast_whose_budgets_differ_is_flagged_unless_they_are_its_factor(tmp_path):
+    run = folder(tmp_path / "run", steps={"cory": 8})
+    data = RunData.load(run)
+    assert arm_budget(data, "reviews", "cory")["optimizer steps"] == 24  # 3 its x 8 per model
+    assert arm_budget(data, "reviews", "ppo")["alone-role turns"] == 3
+    assert arm_budget(data, "reviews", "cory")["alone-role turns"] == 1.5  # half of them
+    plan = Plan.load(plan_file(tmp_path, run))
+    text = render(plan, evaluate(plan), "plan.toml")
+    assert "**budgets differ: optimizer steps 24 vs 12, alone-role turns 1.5 vs 3**" in text
+    path = plan_file(tmp_path, run).read_text().replace(
+        'id = "D"', 'id = "D"\nfactor_budgets = ["optimizer steps", "alone-role turns"]')
+    (tmp_path / "plan2.toml").write_text(path)
+    plan2 = Plan.load(tmp_path / "plan2.toml")
+    assert evaluate(plan2)[0].flags == []
+
+
+def test_the_rendered_table_is_the_same_bytes_every_time(tmp_path, capsys):
+    run = folder(tmp_path / "run")
+    path = plan_file(tmp_path, run)
+    main([str(path), "--out", str(tmp_path / "a.md")])
+    main([str(path), "--out", str(tmp_path / "b.md")])
+    assert (tmp_path / "a.md").read_bytes() == (tmp_path / "b.md").read_bytes()
+    main([str(path)])
+    assert capsys.readouterr().out == (tmp_path / "a.md").read_text()
+
+
+def test_a_bad_plan_is_refused_naming_the_entry(tmp_path):
+    path = plan_file(tmp_path, tmp_path, extra='test = "bigger"')
+    with pytest.raises(SystemExit):
+        main([str(path)])
+    with pytest.raises(ValueError, match="hypothesis L: test must be one of"):
+        Plan.load(path)
+
+
+def test_seeds_needed_follow_the_t_formula():
+    from benchmarks.why import Arm, Hypothesis
+
+    h = Hypothesis("x", "", Arm("f", "a"), Arm("f", "b"), margin=0.25)
+    n = seeds_needed(0.25, h)
+    q = lambda n, p: stats.t.ppf(p, n - 1)  # noqa: E731
+    assert (q(n, 0.975) + q(n, 0.8)) * 0.25 / math.sqrt(n) <= 0.25
+    assert (q(n - 1, 0.975) + q(n - 1, 0.8)) * 0.25 / math.sqrt(n - 1) > 0.25
+
+
+def test_arms_made_by_other_code_or_draws_are_flagged(tmp_path):
+    run = folder(tmp_path / "run")
+    lines = (run / "alone.jsonl").read_text().splitlines()
+    marked = [json.dumps({**json.loads(x), "commit": "a" * 40, "draws": "decode fast, torch 2"})
+              if '"cory"' in x else x for x in lines]
+    (run / "alone.jsonl").write_text("\n".join(marked) + "\n")
+    rows = evaluate(Plan.load(plan_file(tmp_path, run)))
+    flags = " ".join(rows[0].flags)
+    assert "commit aaaaaaaaaaaa vs unrecorded" in flags
+    assert "draws decode fast, torch 2 vs unrecorded" in flags
+    assert "commit" in " ".join(rows[1].flags)  # cory against cory-no-re: the same mark
+
+
+def test_the_published_plan_names_registered_methods_and_renders(monkeypatch):
+    from pathlib import Path
+
+    from agents.learners.base import resolve_method
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(root)  # the plan's folders are relative to the repository's root
+    plan = Plan.load(root / "docs/fidelity/plan.toml")
+    assert len(plan.hypotheses) >= 10 and plan.written
+    for h in plan.hypotheses:
+        for arm in (h.a, h.b):
+            resolve_method(arm.method)  # raises on an unknown method
+            assert arm.folder.startswith("docs/fidelity/")
+    assert render(plan, evaluate(plan), "docs/fidelity/plan.toml") == \
+        (root / "docs/fidelity/why.md").read_text()
