@@ -7,7 +7,8 @@ The commands are the lines of the ```bash blocks (continuation lines joined, com
 Each is checked as far as it can be without its hours of compute, GPU or earlier run folder:
 - `python -m benchmarks.run ...` runs as written with `--plan`: every setting is resolved and
   validated and the runs are listed, nothing loaded or written (a `--resume` whose folder does
-  not exist yet, e.g. runs/X, falls back to the next rule);
+  not exist yet, e.g. runs/X, and a command for another machine, a CUDA device or an absolute
+  path this one lacks, fall back to the next rule);
 - any other `python -m MODULE ...` or `python path.py ...` (also behind torchrun or accelerate
   launch): `--help` exits 0 and names every option the command uses;
 - `make TARGET`: the Makefile has the target (`make -n`);
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -72,8 +74,17 @@ def how(cmd: str) -> str:
     if target == ["-m", "benchmarks.run"]:
         if "--resume" in words and not (ROOT / words[words.index("--out") + 1]).exists():
             return "help"
-        return "plan"
+        return "help" if elsewhere(words) else "plan"
     return "help"
+
+
+def elsewhere(words: list[str]) -> bool:
+    """Whether a command is for another machine: a CUDA device where none is, or an absolute
+    path (a model, a dataset, shared storage) this machine lacks."""
+    if "cuda" in " ".join(words) and shutil.which("nvidia-smi") is None:
+        return True
+    paths = [p for w in words for p in re.split(r"[=,]", w) if p.startswith("/")]
+    return any(not Path(p).exists() for p in paths)
 
 
 def check(cmd: str) -> str | None:

@@ -33,7 +33,15 @@ def course_config(method: str, model: str, iterations: int = 8, seed: int = 0) -
                        batch_size=16, seed=seed, t_rex=3, ppo=ppo)
 
 
-if __name__ == "__main__":  # python -m examples.exercises.common DIR: write the course LM
-    import sys
+def main(argv=None) -> None:
+    """python -m examples.exercises.common DIR: write the course LM into DIR."""
+    from cory_common import cli
 
-    print(course_lm(sys.argv[1]))
+    p = cli.Parser("python -m examples.exercises.common",
+                   description="Write the exercises' tiny course LM into a folder (once).")
+    p.add_argument("folder", help="where the model goes, e.g. runs/course-lm")
+    print(course_lm(p.parse_args(argv).folder))
+
+
+if __name__ == "__main__":
+    main()

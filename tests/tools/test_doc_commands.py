@@ -19,6 +19,7 @@ def test_commands_are_read_with_continuations_joined_and_comments_cut():
     assert dc.how("OMP_NUM_THREADS=1 torchrun --standalone -m agents.distributed --cpu") == \
         "help"
     assert dc.how("make demo") == "make" and dc.how("pip install x") == "skip"
+    assert dc.how("python -m benchmarks.run --model /no/such/model --tasks imdb") == "help"
 
 
 def test_a_wrong_option_or_value_is_caught_and_a_right_one_passes():
