@@ -376,10 +376,7 @@ def resume_config(given: dict, saved: BenchConfig) -> BenchConfig:
 
 def from_saved(data: dict) -> BenchConfig:
     """The BenchConfig of a run folder's run_config.json contents (its format checked first:
-    `benchmarks.records.check_format`). A folder written before the fast decode path existed
-    decoded on the exact one, and its runs continue on it."""
-    if isinstance(data.get("train"), dict) and "decode" not in data["train"]:
-        data = {**data, "train": {**data["train"], "decode": "exact"}}
+    `benchmarks.records.check_format`)."""
     return cli.from_dict(BenchConfig, data)
 
 

@@ -22,7 +22,8 @@ the sampler's log-probs beside them, logs their per-token KL, and PPO weighs eac
 truncated importance ratio min(pi_trainer / pi_sampler, cap) (`agents/learners/ppo.py`).
 
 `DecodeEngine.unsupported(policy)` says in words why a policy must stay on the exact path
-(another architecture, a GPU, float32 passes, 4-bit, DoRA); `decode: exact` forces it.
+(another architecture, a GPU, float32 passes, 4-bit, DoRA). `TrainConfig.decode` chooses:
+"exact" (the default), "fast" (refused, saying why, where it cannot run) or "auto".
 """
 
 from __future__ import annotations

@@ -205,14 +205,16 @@ def test_fast_rollouts_log_the_mismatch_and_weigh_the_loss(task_llama):
     assert exact.learner.policies["llm_0"].engine is None
 
 
-def test_a_folder_from_before_the_fast_path_continues_on_the_exact_one():
+def test_the_exact_path_is_the_default_and_a_folders_choice_is_kept():
     import dataclasses
 
     from benchmarks.config import BenchConfig, from_saved
 
     saved = dataclasses.asdict(BenchConfig())
-    assert from_saved(saved).train.decode == "auto"  # a folder that chose, keeps its choice
-    del saved["train"]["decode"]
+    assert saved["train"]["decode"] == "exact" == TrainConfig().decode
+    saved["train"]["decode"] = "fast"
+    assert from_saved(saved).train.decode == "fast"  # a folder that chose, keeps its choice
+    del saved["train"]["decode"]  # written before the fast path existed: the exact one
     assert from_saved(saved).train.decode == "exact"
 
 

@@ -106,14 +106,23 @@ def main() -> None:
     if a.child:
         print(json.dumps(measure(a.child, a.threads, a.steps, a.alone)))
         return
+    rows = each_model(__file__, a.models.split(","), ["--threads", str(a.threads), "--steps",
+                                                      str(a.steps), "--alone", str(a.alone)])
+    print(json.dumps({"rows": rows}))
+
+
+def each_model(script: str, models: list[str], args: list[str]) -> list[dict]:
+    """`script --child MODEL ARGS` in a fresh process per model; each one's last JSON line
+    (printed as it comes). A child that fails stops the run with its error."""
     rows = []
-    for model in a.models.split(","):
-        out = subprocess.run([sys.executable, __file__, "--child", model, "--threads",
-                              str(a.threads), "--steps", str(a.steps), "--alone", str(a.alone)],
-                             capture_output=True, text=True, check=True)
+    for model in models:
+        out = subprocess.run([sys.executable, script, "--child", model, *args],
+                             capture_output=True, text=True)
+        if out.returncode:
+            sys.exit(f"{model}: {out.stderr[-3000:]}")
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
         print(rows[-1], flush=True)
-    print(json.dumps({"rows": rows}))
+    return rows
 
 
 if __name__ == "__main__":

@@ -16,14 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from decode_limit import copy_bandwidth, decode_times  # noqa: E402  (one decode loop)
+from decode_limit import copy_bandwidth, decode_times, each_model  # noqa: E402
 
 
 def measure(model: str, threads: int, steps: int, alone: int, rounds: int) -> dict:
@@ -89,15 +88,9 @@ def main() -> None:
     if a.child:
         print(json.dumps(measure(a.child, a.threads, a.steps, a.alone, a.rounds)))
         return
-    rows = []
-    for model in a.models.split(","):
-        out = subprocess.run([sys.executable, __file__, "--child", model, "--threads",
-                              str(a.threads), "--steps", str(a.steps), "--alone", str(a.alone),
-                              "--rounds", str(a.rounds)], capture_output=True, text=True)
-        if out.returncode:
-            sys.exit(out.stderr[-3000:])
-        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
-        print(rows[-1], flush=True)
+    rows = each_model(__file__, a.models.split(","), [
+        "--threads", str(a.threads), "--steps", str(a.steps), "--alone", str(a.alone),
+        "--rounds", str(a.rounds)])
     print(json.dumps({"rows": rows}))
 
 
