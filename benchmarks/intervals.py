@@ -45,6 +45,12 @@ class Interval:
     n: int
     detectable: float
     se: float = math.nan
+    df: float | None = None  # the t distribution's degrees of freedom (None: n - 1)
+
+    @property
+    def dof(self) -> float:
+        """The degrees of freedom of its t tests: `df`, or n - 1 over n seeds."""
+        return self.n - 1 if self.df is None else self.df
 
     def __str__(self) -> str:
         if self.n == 0 or not math.isfinite(self.mean):
@@ -72,7 +78,7 @@ class Interval:
             return 1.0
         if not self.se > 0:
             return 0.0 if self.mean > x else 1.0
-        return float(_st.t.sf((self.mean - x) / self.se, self.n - 1))
+        return float(_st.t.sf((self.mean - x) / self.se, self.dof))
 
     def p_below(self, x: float) -> float:
         """One-sided t-test p-value of "the mean is below x"."""
@@ -80,7 +86,7 @@ class Interval:
             return 1.0
         if not self.se > 0:
             return 0.0 if self.mean < x else 1.0
-        return float(_st.t.cdf((self.mean - x) / self.se, self.n - 1))
+        return float(_st.t.cdf((self.mean - x) / self.se, self.dof))
 
 
 def _f(x: float) -> str:
@@ -106,6 +112,22 @@ def mean_interval(values: Sequence[float]) -> Interval:
     half = t_quantile(n - 1) * se
     return Interval(float(x.mean()), float(x.mean() - half), float(x.mean() + half), n,
                     detectable_effect(sd, n), se)
+
+
+def welch_interval(a: Sequence[float], b: Sequence[float]) -> Interval:
+    """mean(a) - mean(b) of two independent samples with Welch's 95% interval (its degrees of
+    freedom by Welch-Satterthwaite; n: the smaller sample)."""
+    xa, xb = finite(a), finite(b)
+    n = min(len(xa), len(xb))
+    if n < 2:
+        return Interval(math.nan, math.nan, math.nan, n, math.nan)
+    va, vb = xa.var(ddof=1) / len(xa), xb.var(ddof=1) / len(xb)
+    se = math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va ** 2 / (len(xa) - 1) + vb ** 2 / (len(xb) - 1)) if se > 0 \
+        else float(n - 1)
+    mean, half = float(xa.mean() - xb.mean()), float(_st.t.ppf(1 - ALPHA / 2, df)) * se
+    detectable = (float(_st.t.ppf(1 - ALPHA / 2, df)) + float(_st.t.ppf(POWER, df))) * se
+    return Interval(mean, mean - half, mean + half, n, detectable, se, df)
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:

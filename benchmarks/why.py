@@ -28,15 +28,13 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import numpy as np
 import tomllib
-from scipy import stats as st
 
 from cory_common import cli
 from cory_common.files import atomic_write
 
 from .budgets import arm_budget, differing
-from .intervals import ALPHA, POWER, holm, t_quantile
+from .intervals import ALPHA, POWER, holm, mean_interval, t_quantile, welch_interval
 from .records import RunData
 
 QUANTITIES = ("alone_gain", "final_gain")
@@ -123,12 +121,14 @@ def per_seed(arm: Arm, quantity: str, cache: dict) -> dict[int, float]:
     data = cache.setdefault(str(folder), RunData.load(folder))
     out = {}
     for seed, t in data.trajectories(arm.task, arm.method, None).items():
-        keep = t.iterations <= (arm.iterations if arm.iterations else math.inf)
-        reward = t.reward[keep]
-        if len(reward) < 2:
+        if arm.iterations:  # the points at or before it
+            keep = t.iterations <= arm.iterations
+            t = replace(t, iterations=t.iterations[keep], kl=t.kl[keep],
+                        reward=t.reward[keep], combined=t.combined[keep])
+        if len(t.reward) < 2:
             continue
-        out[int(seed)] = float(np.mean(reward[1:]) - reward[0]) if quantity == "alone_gain" \
-            else float(reward[-1] - reward[0])
+        out[int(seed)] = t.mean_gain() if quantity == "alone_gain" \
+            else float(t.reward[-1] - t.reward[0])
     return out
 
 
@@ -150,6 +150,7 @@ class Row:
     low: float = math.nan
     high: float = math.nan
     p: float = 1.0
+    se: float = math.nan
     p_holm: float = 1.0
     flags: list[str] = field(default_factory=list)
 
@@ -172,29 +173,15 @@ def contrast(h: Hypothesis, cache: dict) -> Row:
     """Estimate, 95% interval and the test's p-value of a − b."""
     a, b = per_seed(h.a, h.quantity, cache), per_seed(h.b, h.quantity, cache)
     if h.pairing == "paired":
-        seeds = sorted(set(a) & set(b))
-        d = np.array([a[s] - b[s] for s in seeds])
-        n = len(d)
-        if n < 2:
-            return Row(h, n)
-        mean, se, df = float(d.mean()), float(d.std(ddof=1) / math.sqrt(n)), n - 1
+        iv = mean_interval([a[s] - b[s] for s in sorted(set(a) & set(b))])
     else:
-        xa, xb = np.array(list(a.values())), np.array(list(b.values()))
-        n = min(len(xa), len(xb))
-        if n < 2:
-            return Row(h, n)
-        va, vb = xa.var(ddof=1) / len(xa), xb.var(ddof=1) / len(xb)
-        mean, se = float(xa.mean() - xb.mean()), float(math.sqrt(va + vb))
-        df = (va + vb) ** 2 / (va ** 2 / (len(xa) - 1) + vb ** 2 / (len(xb) - 1))
-    half = t_quantile(df) * se if se > 0 else 0.0
-    cdf = (lambda x: st.t.cdf(x / se, df)) if se > 0 else (lambda x: float(x >= 0))
-    if h.test == "difference":
-        p = 2 * min(cdf(mean), 1 - cdf(mean))
-    elif h.test == "superiority":
-        p = 1 - cdf(mean) if h.direction == "greater" else cdf(mean)
-    else:  # two one-sided tests: above -margin and below +margin
-        p = max(1 - cdf(mean + h.margin), cdf(mean - h.margin))
-    return Row(h, n, mean, mean - half, mean + half, float(min(max(p, 0.0), 1.0)))
+        iv = welch_interval(list(a.values()), list(b.values()))
+    if iv.n < 2:
+        return Row(h, iv.n)
+    p = {"difference": 2 * min(iv.p_above(0), iv.p_below(0)),
+         "superiority": iv.p_above(0) if h.direction == "greater" else iv.p_below(0),
+         "equivalence": max(iv.p_above(-h.margin), iv.p_below(h.margin))}[h.test]
+    return Row(h, iv.n, iv.mean, iv.low, iv.high, min(p, 1.0), se=iv.se)
 
 
 def evaluate(plan: Plan) -> list[Row]:
@@ -272,7 +259,7 @@ def power_lines(plan: Plan) -> list[str]:
         if r.n < 2:
             out.append(f"{h.id}: {h.pilot} lacks the arms: the plan's {h.seeds} seeds stand")
             continue
-        sd = (r.high - r.low) / 2 / t_quantile(r.n - 1) * math.sqrt(r.n)
+        sd = r.se * math.sqrt(r.n)
         gap = r.estimate if h.test == "equivalence" else 0.0
         need = [seeds_needed(sd, h, gap, a) or "> 200" for a in (plan.alpha, strict)]
         out.append(f"{h.id}: pilot {r.estimate:+.2f}, per-seed sd {sd:.3f} over {r.n} seeds, "

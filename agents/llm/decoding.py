@@ -45,15 +45,8 @@ class Decoding:
                 h, cache = self._hidden(self.hf_model, prompt_ids[:, start:end],
                                         prompt_mask[:, :end], cache, use_cache=True)
             logits, value = self._heads(h[:, -1])
-            seen = None
-            if sampling.repetition_penalty != 1.0:
-                seen = first_seen(prompt_ids, prompt_mask, 0, self.vocab_size) <= 0
-            if repeat > 1:
-                cache.batch_repeat_interleave(repeat)
-                logits, value, prompt_mask = (x.repeat_interleave(repeat, 0)
-                                              for x in (logits, value, prompt_mask))
-                seen = None if seen is None else seen.repeat_interleave(repeat, 0)
-        return DecodeState(cache, prompt_mask.long(), logits, value, seen, sampling)
+            return prompt_state(cache, prompt_ids, prompt_mask, logits, value, sampling,
+                                self.vocab_size, repeat)
 
     def sample(self, state: DecodeState, generator: torch.Generator | None = None) -> Step:
         """Draw one token per row from the state's logits (no forward pass).
@@ -69,16 +62,41 @@ class Decoding:
             return self.engine.feed(state, token, active)
         with torch.inference_mode():
             self._activate()
-            if active is None:
-                active = torch.ones_like(token, dtype=torch.bool)
-            active = active.bool()
-            token = torch.where(active, token, self.pad_token_id)
-            state.mask = torch.cat([state.mask, active.long()[:, None]], dim=1)
-            pos = (state.mask.sum(-1, keepdim=True) - 1).clamp(min=0)
+            token, active, pos = append_token(state, token, active, self.pad_token_id)
             h, state.cache = self._hidden(self.hf_model, token[:, None], state.mask,
                                           cache=state.cache, position_ids=pos, use_cache=True)
             state.logits, state.value = self._heads(h[:, -1])
-            if state.seen is not None:
-                col = token[:, None]
-                state.seen.scatter_(1, col, state.seen.gather(1, col) | active[:, None])
+            mark_seen(state, token, active)
         return state
+
+
+def prompt_state(cache, prompt_ids, prompt_mask, logits, value, sampling: SamplingConfig,
+                 vocab_size: int, repeat: int = 1) -> DecodeState:
+    """The decode state after a prompt pass: the prompt's tokens as seen (for a repetition
+    penalty), and with `repeat` G every row, the cache's too, G times over."""
+    seen = None
+    if sampling.repetition_penalty != 1.0:
+        seen = first_seen(prompt_ids, prompt_mask, 0, vocab_size) <= 0
+    if repeat > 1:
+        cache.batch_repeat_interleave(repeat)
+        logits, value, prompt_mask = (x.repeat_interleave(repeat, 0)
+                                      for x in (logits, value, prompt_mask))
+        seen = None if seen is None else seen.repeat_interleave(repeat, 0)
+    return DecodeState(cache, prompt_mask.long(), logits, value, seen, sampling)
+
+
+def append_token(state: DecodeState, token: torch.Tensor, active: torch.Tensor | None,
+                 pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Append one token per row to the state's mask (inactive rows: pad, mask 0); return the
+    tokens to feed, the active rows and each row's position id (B, 1)."""
+    active = torch.ones_like(token, dtype=torch.bool) if active is None else active.bool()
+    token = torch.where(active, token, pad_token_id)
+    state.mask = torch.cat([state.mask, active.long()[:, None]], dim=1)
+    return token, active, (state.mask.sum(-1, keepdim=True) - 1).clamp(min=0)
+
+
+def mark_seen(state: DecodeState, token: torch.Tensor, active: torch.Tensor) -> None:
+    """Count the active rows' new tokens as seen (for a repetition penalty)."""
+    if state.seen is not None:
+        col = token[:, None]
+        state.seen.scatter_(1, col, state.seen.gather(1, col) | active[:, None])

@@ -4,22 +4,25 @@ functional forward over a static KV cache (Llama and Gemma 3 text models, on a C
 Why: a decode step streams every weight once, so its floor is the weights' bytes over the
 memory's bandwidth. The exact path (the Hugging Face modules under bf16 autocast, LoRA's
 wrappers, a growing cache and a 4-D mask built per step) spends most of a step between
-operators. Here each step is 7 matrix products and a few element-wise ops per layer:
+operators. Here each step is 4 matrix products (q, k and v as one; gate and up as one) and a
+few element-wise ops per layer:
 
     x = embed(token)                                   # Gemma: times sqrt(hidden)
     for layer: x = x + attn(norm(x)); x = x + mlp(norm(x))   # Gemma: a norm after each too
     logits = head(norm(x))
 
-The LoRA adapter is folded into its target matrices (W + s·B·A, rounded once to bf16); the
-frozen base's bf16 matrices are used in place, never copied or changed (the other agent on the
-same base reads them too). Whenever a trained tensor has changed since the last fold (its
-`_version` moved: an optimizer step, a load), the next `begin` folds again. The residual stream
-and the norms stay float32, as under autocast.
+The LoRA adapter is folded into its target matrices (W + s·B·A, rounded once to bf16), and
+every matrix is copied into oneDNN's packed layout for skinny products; the frozen base itself
+is never changed (the other agent on the same base reads it too). Whenever a trained tensor
+has changed since the last fold (its `_version` moved: an optimizer step, a load), the next
+`begin` folds again; `release` frees the copies during an update. The residual stream and the
+norms stay float32, as under autocast.
 
 Its probabilities are the trainer's up to rounding, not bit for bit. The trainer recomputes
 the log-probs it trains on, as it does for every mixed-precision policy; the rollout records
 the sampler's log-probs beside them, logs their per-token KL, and PPO weighs each token by the
-truncated importance ratio min(pi_trainer / pi_sampler, cap) (`agents/learners/ppo.py`).
+truncated importance ratio min(pi_trainer / pi_sampler, cap) (`agents.learners.shaping.
+truncated_is_weights`, applied in `agents.learners.ppo.policy_loss`).
 
 `DecodeEngine.unsupported(policy)` says in words why a policy must stay on the exact path
 (another architecture, a GPU, float32 passes, 4-bit, DoRA). `TrainConfig.decode` chooses:
@@ -33,7 +36,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .sampling import DecodeState, SamplingConfig, Step, draw, first_seen
+from .decoding import append_token, mark_seen, prompt_state
+from .sampling import DecodeState, SamplingConfig
 from .speed import trim_left_padding
 
 DECODE_PATHS = ("auto", "fast", "exact")
@@ -90,14 +94,16 @@ class StaticCache:
         self.v = [torch.empty(shape, device=device) for _ in range(layers)]
         self.size = 0
 
-    def repeat_rows(self, g: int) -> None:
-        """Each row g times (a group's answers share one prompt pass)."""
+    def batch_repeat_interleave(self, g: int) -> None:
+        """Each row g times (a group's answers share one prompt pass), as transformers' caches
+        name it."""
         self.k = [k.repeat_interleave(g, 0) for k in self.k]
         self.v = [v.repeat_interleave(g, 0) for v in self.v]
 
 
 class DecodeEngine:
-    """begin / sample / feed of one policy on folded bf16 weights (see the module docstring)."""
+    """begin / feed of one policy on folded bf16 weights (see the module docstring); the
+    policy's own `sample` draws from the state they leave."""
 
     @staticmethod
     def unsupported(policy) -> str | None:
@@ -130,13 +136,12 @@ class DecodeEngine:
         self.policy = policy
         hf = policy.hf_model
         cfg = _config(hf)
-        self.cfg, self.body = cfg, hf.base_model
+        self.body = hf.base_model
         self.gemma = cfg.model_type == "gemma3_text"
         self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
         self.scale = (cfg.query_pre_attn_scalar if self.gemma else self.head_dim) ** -0.5
-        act = getattr(cfg, "hidden_act", None) or cfg.hidden_activation
-        self.act = ACTIVATIONS[act]
+        self.act = ACTIVATIONS[_activation(cfg)]
         self.eps = cfg.rms_norm_eps
         types = getattr(cfg, "layer_types", None) or ["full_attention"] * cfg.num_hidden_layers
         self.windows = [cfg.sliding_window if t == "sliding_attention" else None for t in types]
@@ -302,35 +307,17 @@ class DecodeEngine:
             positions = (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)
             h = self._forward(prompt_ids, positions, self._masks(prompt_mask, P), cache)
             logits = self._logits(h[:, -1])
-            seen = None
-            if sampling.repetition_penalty != 1.0:
-                seen = first_seen(prompt_ids, prompt_mask, 0, self.policy.vocab_size) <= 0
-            if repeat > 1:
-                cache.repeat_rows(repeat)
-                logits, prompt_mask = (x.repeat_interleave(repeat, 0)
-                                       for x in (logits, prompt_mask))
-                seen = None if seen is None else seen.repeat_interleave(repeat, 0)
-        value = torch.zeros(logits.shape[0])  # values come from the trainer's full pass
-        return DecodeState(cache, prompt_mask.long(), logits, value, seen, sampling)
-
-    def sample(self, state: DecodeState, generator: torch.Generator | None = None) -> Step:
-        """Draw one token per row from the state's logits."""
-        return draw(state.logits, state.value, state.seen, state.sampling, generator)
+            value = torch.zeros(B)  # values come from the trainer's full pass
+            return prompt_state(cache, prompt_ids, prompt_mask, logits, value, sampling,
+                                self.policy.vocab_size, repeat)
 
     def feed(self, state: DecodeState, token: torch.Tensor, active: torch.Tensor | None = None):
         """Append one token per row (inactive rows: pad, mask 0) and run one cached step."""
         with torch.inference_mode():
-            if active is None:
-                active = torch.ones_like(token, dtype=torch.bool)
-            active = active.bool()
-            token = torch.where(active, token, self.policy.pad_token_id)
-            state.mask = torch.cat([state.mask, active.long()[:, None]], dim=1)
-            pos = (state.mask.sum(-1, keepdim=True) - 1).clamp(min=0)
+            token, active, pos = append_token(state, token, active, self.policy.pad_token_id)
             h = self._forward(token[:, None], pos, self._masks(state.mask, 1), state.cache)
             state.logits = self._logits(h[:, -1])
-            if state.seen is not None:
-                col = token[:, None]
-                state.seen.scatter_(1, col, state.seen.gather(1, col) | active[:, None])
+            mark_seen(state, token, active)
         return state
 
 

@@ -198,6 +198,11 @@ def answer_alone(env: BatchedCoryEnv, policy, sampling, generator: torch.Generat
     return np.concatenate(rewards), np.concatenate(kls) if kl else None
 
 
+def drawn_logsoftmax(steps: list[Step]) -> torch.Tensor:
+    """The raw log-softmax each token was drawn from, (B, n, V)."""
+    return torch.stack([step.logsoftmax for step in steps], dim=1)
+
+
 def drawn_kl(env, agent: str, steps: list[Step], policy) -> torch.Tensor:
     """Each answer's summed exact KL to the reference, from the distributions its tokens were
     drawn from (the fast path's: no pass of the trained model) and one reference pass."""
@@ -205,7 +210,7 @@ def drawn_kl(env, agent: str, steps: list[Step], policy) -> torch.Tensor:
     rows = env.turn_batch(agent)
     ids, mask = rows["input_ids"].to(policy.device), rows["attention_mask"].to(policy.device)
     ref = policy.reference_logits(ids, mask, T, chunk_size=CHUNK)[:, :n]
-    drawn = torch.stack([step.logsoftmax for step in steps], dim=1)
+    drawn = drawn_logsoftmax(steps)
     kl, _ = kl_to_reference(drawn, ref, ids[:, -T:][:, :n])
     return (kl * rows["response_mask"][:, :n].to(kl.device)).sum(1).cpu()
 
@@ -266,7 +271,7 @@ def _turn_tensors(env, agent, role, steps, policy, T, sampling=None) -> dict:
         own = full_pass(policy, ids, mask, T, sampling)
         mine = own["logits"][:, :n]
         if getattr(policy, "engine", None) is not None:  # the fast path sampled
-            drawn = torch.stack([step.logsoftmax for step in steps], dim=1)
+            drawn = drawn_logsoftmax(steps)
             gap = torch.zeros_like(response_mask)
             gap[:, :n] = kl_to_reference(drawn, mine, ids[:, -T:][:, :n])[0]
             sampler = {"sampler_logprobs": stack("logprob") * response_mask,
@@ -274,7 +279,7 @@ def _turn_tensors(env, agent, role, steps, policy, T, sampling=None) -> dict:
     else:
         own = {name: stack(key) for name, key in (("logprobs", "logprob"), ("values", "value"),
                                                   ("raw_logprobs", "raw_logprob"))}
-        mine = torch.stack([step.logsoftmax for step in steps], dim=1)
+        mine = drawn_logsoftmax(steps)
     # blockwise over positions: (rows, V) float32 temporaries, never a (B, T, V) one
     kl, ref_logprobs = (torch.zeros_like(response_mask) for _ in range(2))
     kl[:, :n], ref_logprobs[:, :n] = kl_to_reference(mine, ref[:, :n], ids[:, -T:][:, :n])

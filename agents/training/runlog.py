@@ -18,6 +18,7 @@ Shared by the benchmark's run folders and `python -m agents.distributed`:
 
 from __future__ import annotations
 
+import functools
 import getpass
 import hashlib
 import importlib.metadata
@@ -295,12 +296,7 @@ def _commit() -> str | None:
     return (head + ("-dirty" if changed else "")) if head else None
 
 
+@functools.cache
 def code_commit() -> str | None:
     """The commit the running code is (see `_commit`), computed once per process."""
-    global _COMMIT
-    if _COMMIT is ...:
-        _COMMIT = _commit()
-    return _COMMIT
-
-
-_COMMIT = ...
+    return _commit()

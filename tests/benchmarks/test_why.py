@@ -163,3 +163,14 @@ def test_the_published_plan_names_registered_methods_and_renders(monkeypatch):
             assert arm.folder.startswith("docs/fidelity/")
     assert render(plan, evaluate(plan), "docs/fidelity/plan.toml") == \
         (root / "docs/fidelity/why.md").read_text()
+
+
+def test_a_welch_contrast_is_scipys_welch_test(tmp_path):
+    from benchmarks.intervals import welch_interval
+
+    a, b = [0.3, 0.2, 0.5, 0.1, 0.45], [0.8, 0.5, 0.9]
+    iv = welch_interval(a, b)
+    t = stats.ttest_ind(a, b, equal_var=False)
+    assert iv.mean == pytest.approx(np.mean(a) - np.mean(b))
+    assert 2 * min(iv.p_above(0), iv.p_below(0)) == pytest.approx(t.pvalue)
+    assert iv.n == 3 and iv.low < iv.mean < iv.high
