@@ -93,16 +93,22 @@ def measure(model: str, threads: int, steps: int, alone: int) -> dict:
     return row
 
 
-def main() -> None:
-    """Measure each model in its own process; print the JSON line."""
-    p = argparse.ArgumentParser(description=__doc__,
+def model_parser(doc: str) -> argparse.ArgumentParser:
+    """The options of a per-model decode measurement: --models, --threads, --steps, --alone
+    (and the internal --child of `each_model`)."""
+    p = argparse.ArgumentParser(description=doc,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="smollm2-135m,gemma3-270m")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--alone", type=int, default=256, help="queries of the alone evaluation")
+    p.add_argument("--alone", type=int, default=256, help="held-out queries answered alone")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
-    a = p.parse_args()
+    return p
+
+
+def main() -> None:
+    """Measure each model in its own process; print the JSON line."""
+    a = model_parser(__doc__).parse_args()
     if a.child:
         print(json.dumps(measure(a.child, a.threads, a.steps, a.alone)))
         return

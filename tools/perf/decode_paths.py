@@ -13,7 +13,6 @@ the last line is one JSON object.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -22,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from decode_limit import copy_bandwidth, decode_times, each_model  # noqa: E402
+from decode_limit import copy_bandwidth, decode_times, each_model, model_parser  # noqa: E402
 
 
 def measure(model: str, threads: int, steps: int, alone: int, rounds: int) -> dict:
@@ -76,14 +75,8 @@ def measure(model: str, threads: int, steps: int, alone: int, rounds: int) -> di
 
 def main() -> None:
     """Measure each model in its own process; print the JSON line."""
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", default="smollm2-135m,gemma3-270m")
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--alone", type=int, default=256, help="held-out openings answered alone")
+    p = model_parser(__doc__)
     p.add_argument("--rounds", type=int, default=2, help="alternations of the two paths")
-    p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.child:
         print(json.dumps(measure(a.child, a.threads, a.steps, a.alone, a.rounds)))
