@@ -3,6 +3,7 @@
     python -m benchmarks.why docs/fidelity/plan.toml              # the table, from the records
     python -m benchmarks.why docs/fidelity/plan.toml --out docs/fidelity/why.md
     python -m benchmarks.why docs/fidelity/plan.toml --power      # seeds each hypothesis needs
+    python -m benchmarks.why docs/fidelity/plan.toml --check docs/fidelity.md   # its summary
 
 The plan (a TOML file committed before its runs) names each hypothesis: two arms (a folder,
 a method, the task, and optionally the iterations read), the quantity compared (`alone_gain`:
@@ -13,17 +14,22 @@ seeds or machine), the test and its margin:
 - `superiority`: one-sided in `direction` ("greater": a − b > 0); "supported" or "undecided";
 - `equivalence`: |a − b| < margin by two one-sided tests; "equivalent within ±margin" or
   "not shown equivalent".
-Holm's correction runs over the whole family: a hypothesis whose arms have no records yet
-counts with p = 1, so the family never shrinks. An undecided row says the largest effect its
-interval still allows. A contrast whose arms differ in a budget that is not its factor
-(`benchmarks.budgets`; `factor_budgets` lists the ones it varies), or whose records were made
-by different code or draws (each record's `commit` and `draws`), is flagged in bold.
+Holm's correction runs over the whole family: a hypothesis with fewer seeds than planned
+(no records yet, or runs still going) counts with p = 1, so the family never shrinks, and its
+row shows the estimate so far but no test: no verdict is read before the plan's seeds are in.
+An undecided row says the largest effect its interval still allows. A contrast whose arms
+differ in a budget that is not its factor (`benchmarks.budgets`; `factor_budgets` lists the
+ones it varies), or whose records were made by different code or draws (each record's
+`commit` and `draws`), is flagged in bold. `--check DOC` holds a document's summary (the
+section "What the evidence supports") to the table: every sentence cites its rows ([S1]),
+"same" only where a cited row shows equivalence, an undecided row said to be undecided.
 The same plan and records give the same bytes.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -37,6 +43,10 @@ from .budgets import arm_budget, differing
 from .intervals import ALPHA, POWER, holm, mean_interval, t_quantile, welch_interval
 from .records import RunData
 
+SUMMARY = "What the evidence supports"
+SAMENESS = re.compile(r"\b(same|equal|equals|equivalent|unchanged|identical|alike|no different)\b",
+                      re.IGNORECASE)
+CITATION = re.compile(r"\[([A-Za-z][\w-]*(?:,\s*[A-Za-z][\w-]*)*)\](?!\()")  # [S1, F2a]
 QUANTITIES = ("alone_gain", "final_gain")
 TESTS = ("difference", "superiority", "equivalence")
 PAIRINGS = ("paired", "welch")
@@ -154,11 +164,18 @@ class Row:
     p_holm: float = 1.0
     flags: list[str] = field(default_factory=list)
 
+    @property
+    def complete(self) -> bool:
+        """Whether the plan's seeds are all in (a row is tested only then: no peeking)."""
+        return self.n >= self.hypothesis.seeds
+
     def verdict(self, alpha: float) -> str:
         """The verdict at the family-wise level alpha (Holm)."""
         h = self.hypothesis
         if self.n < 2:
             return f"not run ({self.n} of {h.seeds} seeds)"
+        if not self.complete:
+            return f"incomplete ({self.n} of {h.seeds} seeds): not tested"
         hides = max(abs(self.low), abs(self.high))
         if self.p_holm < alpha:
             return {"difference": "a > b" if self.estimate > 0 else "a < b",
@@ -188,7 +205,7 @@ def evaluate(plan: Plan) -> list[Row]:
     """Every hypothesis's row, Holm-adjusted over the whole family, budgets checked."""
     cache: dict = {}
     rows = [contrast(h, cache) for h in plan.hypotheses]
-    for row, adjusted in zip(rows, holm([r.p for r in rows])):
+    for row, adjusted in zip(rows, holm([r.p if r.complete else 1.0 for r in rows])):
         row.p_holm = adjusted
         h = row.hypothesis
         if row.n >= 2:
@@ -218,12 +235,72 @@ def render(plan: Plan, rows: list[Row], source: str) -> str:
         verdict = r.verdict(plan.alpha)
         if r.flags:
             verdict += "; **budgets differ: " + ", ".join(r.flags) + "**"
-        p = "–" if r.n < 2 else f"{r.p:.3g}"
-        ph = "–" if r.n < 2 else f"{r.p_holm:.3g}"
+        p = f"{r.p:.3g}" if r.complete else "–"
+        ph = f"{r.p_holm:.3g}" if r.complete else "–"
         lines.append(f"| {h.id} | {h.claim} | {h.a.label()} | {h.b.label()} | "
                      f"{h.quantity.replace('_', ' ')} ({h.pairing}) | {est} | {test} | {p} | "
                      f"{ph} | {verdict} |")
     return "\n".join(lines) + "\n"
+
+
+def _section(text: str, title: str) -> list[tuple[int, str]]:
+    """(first line number, text) of each paragraph or list item under the heading `title`,
+    up to the next heading of its level or above."""
+    lines, level, items = text.splitlines(), None, []
+    for n, line in enumerate(lines, 1):
+        heading = re.match(r"(#+)\s+(.*)", line)
+        if heading and level is None and heading[2].strip() == title:
+            level = len(heading[1])
+            continue
+        if level is None:
+            continue
+        if heading and len(heading[1]) <= level:
+            break
+        starts = re.match(r"\s*([-*]|\d+\.)\s+", line) and not line.startswith("  ")
+        if not line.strip() or heading:
+            items.append(None)
+        elif starts or not items or items[-1] is None:
+            items.append((n, line.strip()))
+        else:
+            items[-1] = (items[-1][0], items[-1][1] + " " + line.strip())
+    return [i for i in items if i] if level is not None else []
+
+
+def check_summary(text: str, rows: list[Row], alpha: float, title: str = SUMMARY) -> list[str]:
+    """What breaks the rules of a summary in `text` (under the heading `title`): every sentence
+    cites rows of the table ([S1], [F2a, F2b]); a cited row has all its seeds; "same" and its
+    kin only where a cited row shows equivalence; an undecided or not-shown row is said so."""
+    by_id = {r.hypothesis.id: r for r in rows}
+    items = _section(text, title)
+    if not items:
+        return [f"no section headed {title!r}"]
+    problems = []
+    for line, item in items:
+        body = re.sub(r"^([-*]|\d+\.)\s+", "", item)
+        for sentence in re.split(r"(?<=[.!?])\s+(?=[A-Z\[(`*_])", body):
+            where = f"line {line}: {sentence[:60]!r}"
+            ids = [i.strip() for m in CITATION.findall(sentence) for i in m.split(",")]
+            if not ids:
+                problems.append(f"{where} cites no row of the table")
+                continue
+            unknown = [i for i in ids if i not in by_id]
+            if unknown:
+                problems.append(f"{where} cites {', '.join(unknown)}, not in the plan")
+                continue
+            verdicts = {i: by_id[i].verdict(alpha) for i in ids}
+            for i, v in verdicts.items():
+                if not by_id[i].complete:
+                    problems.append(f"{where} cites {i}, which is {v}")
+                elif v.startswith("undecided") and "undecided" not in sentence:
+                    problems.append(f"{where} cites {i} without saying it is undecided")
+                elif v.startswith("not shown") and "not shown" not in sentence:
+                    problems.append(f"{where} cites {i} without saying equivalence is not "
+                                    f"shown")
+            if SAMENESS.search(sentence) and not any(v.startswith("equivalent")
+                                                     for v in verdicts.values()):
+                problems.append(f"{where} says {SAMENESS.search(sentence)[0]!r} but no row it "
+                                f"cites shows equivalence")
+    return problems
 
 
 def seeds_needed(sd: float, h: Hypothesis, expected: float = 0.0, alpha: float = ALPHA,
@@ -274,6 +351,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("plan", help="the plan file (TOML)")
     p.add_argument("--out", help="write the table here (markdown) instead of printing it")
     p.add_argument("--power", action="store_true", help="seeds each hypothesis needs")
+    p.add_argument("--check", metavar="DOC", help="check the summary of this markdown file "
+                   f"(the section {SUMMARY!r}) against the table: every sentence cites its rows")
     args = p.parse_args(argv)
     try:
         plan = Plan.load(args.plan)
@@ -282,7 +361,16 @@ def main(argv: list[str] | None = None) -> None:
     if args.power:
         print("\n".join(power_lines(plan)))
         return
-    text = render(plan, evaluate(plan), args.plan)
+    rows = evaluate(plan)
+    if args.check:
+        try:
+            problems = check_summary(Path(args.check).read_text(), rows, plan.alpha)
+        except OSError as err:
+            p.error(str(err))
+        print("\n".join(problems) or f"{args.check}: every sentence of the summary cites "
+              f"its rows")
+        sys.exit(1 if problems else 0)
+    text = render(plan, rows, args.plan)
     if args.out:
         atomic_write(args.out, text)
     else:

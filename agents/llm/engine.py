@@ -15,8 +15,9 @@ The LoRA adapter is folded into its target matrices (W + s·B·A, rounded once t
 every matrix is copied into oneDNN's packed layout for skinny products; the frozen base itself
 is never changed (the other agent on the same base reads it too). Whenever a trained tensor
 has changed since the last fold (its `_version` moved: an optimizer step, a load), the next
-`begin` folds again; `release` frees the copies during an update. The residual stream and the
-norms stay float32, as under autocast.
+`begin` folds again; `release` frees the copies during an update, and one engine's copies are
+held at a time (a fold releases the others': a chain's agents decode one after another). The
+residual stream and the norms stay float32, as under autocast.
 
 Its probabilities are the trainer's up to rounding, not bit for bit. The trainer recomputes
 the log-probs it trains on, as it does for every mixed-precision policy; the rollout records
@@ -32,6 +33,7 @@ truncated_is_weights`, applied in `agents.learners.ppo.policy_loss`).
 from __future__ import annotations
 
 import math
+import weakref
 
 import torch
 import torch.nn.functional as F
@@ -105,6 +107,8 @@ class DecodeEngine:
     """begin / feed of one policy on folded bf16 weights (see the module docstring); the
     policy's own `sample` draws from the state they leave."""
 
+    resident = None  # a weak reference to the one engine whose packed matrices are held
+
     @staticmethod
     def unsupported(policy) -> str | None:
         """Why `policy` cannot decode on this path, or None when it can."""
@@ -171,7 +175,12 @@ class DecodeEngine:
         return base.weight.detach().to(torch.bfloat16)
 
     def fold(self) -> None:
-        """Build every layer's packed matrices from the policy's current weights."""
+        """Build every layer's packed matrices from the policy's current weights (releasing
+        another engine's first: one model's copy is held at a time, as one model decodes)."""
+        held = DecodeEngine.resident() if DecodeEngine.resident else None
+        if held is not None and held is not self:
+            held.release()
+        DecodeEngine.resident = weakref.ref(self)
         with torch.no_grad():
             self.layers = []
             for layer in self.body.layers:

@@ -209,9 +209,12 @@ def drawn_kl(env, agent: str, steps: list[Step], policy) -> torch.Tensor:
     T, n = env.max_new_tokens, len(steps)
     rows = env.turn_batch(agent)
     ids, mask = rows["input_ids"].to(policy.device), rows["attention_mask"].to(policy.device)
-    ref = policy.reference_logits(ids, mask, T, chunk_size=CHUNK)[:, :n]
-    drawn = drawn_logsoftmax(steps)
-    kl, _ = kl_to_reference(drawn, ref, ids[:, -T:][:, :n])
+    tokens, kl = ids[:, -T:], torch.zeros(len(ids), n, device=policy.device)
+    for i in range(0, len(ids), CHUNK):  # CHUNK rows, then a step, at a time: no (B, n, V)
+        part = slice(i, i + CHUNK)       # copy of the drawn distributions
+        ref = policy.reference_logits(ids[part], mask[part], T, chunk_size=CHUNK)
+        for j, step in enumerate(steps):
+            kl[part, j] = kl_to_reference(step.logsoftmax[part], ref[:, j], tokens[part, j])[0]
     return (kl * rows["response_mask"][:, :n].to(kl.device)).sum(1).cpu()
 
 

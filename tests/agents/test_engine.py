@@ -106,15 +106,18 @@ def test_folding_follows_training_and_never_changes_the_shared_base(models):
     ids = torch.randint(3, V, (2, 6))
     mask = torch.ones_like(ids)
     before = fast_a.begin(ids, mask).logits
+    fast_b.begin(ids, mask)  # one engine's copies are held at a time: b's fold releases a's
+    assert fast_a.layers == [] and fast_b.layers
     fast_b.begin(ids, mask)
     folds = fast_a.folds, fast_b.folds
+    assert folds[1] == 1  # nothing trained, still held: no new fold
     opt = torch.optim.SGD(a.trainable_parameters(), lr=0.5)  # one step on llm_0's adapter only
     logits, _, _ = a(ids, mask)
     logits[:, -1, 7].sum().backward()
     opt.step()
+    assert fast_b.begin(ids, mask) and fast_b.folds == folds[1]  # b's weights did not move
     after = fast_a.begin(ids, mask).logits
-    fast_b.begin(ids, mask)
-    assert fast_a.folds == folds[0] + 1 and fast_b.folds == folds[1]  # only the trained one
+    assert fast_a.folds == folds[0] + 1 and fast_b.layers == []
     assert kl(after, before) > 1e-4  # the new adapter is decoded
     assert kl(a.begin(ids, mask).logits, after) < 1e-4  # and matches the trainer's model
     for n, p in a.hf_model.named_parameters():
@@ -123,6 +126,8 @@ def test_folding_follows_training_and_never_changes_the_shared_base(models):
     fast_a.release()
     assert fast_a.layers == [] and fast_a.head is None
     assert kl(fast_a.begin(ids, mask).logits, after) == 0.0 and fast_a.folds == folds[0] + 2
+    del fast_a  # an engine that is gone holds nothing and is released by no one
+    assert fast_b.begin(ids, mask) and fast_b.folds == folds[1] + 1
 
 
 def test_auto_falls_back_saying_why_and_fast_refuses(models):

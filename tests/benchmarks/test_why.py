@@ -51,6 +51,7 @@ id = "D"
 claim = "cory differs from ppo"
 a = {{ folder = "{run}", method = "cory" }}
 b = {{ folder = "{run}", method = "ppo" }}
+seeds = 4
 [[hypothesis]]
 id = "E"
 claim = "role exchange changes nothing"
@@ -58,6 +59,7 @@ a = {{ folder = "{run}", method = "cory" }}
 b = {{ folder = "{run}", method = "cory-no-re" }}
 test = "equivalence"
 margin = 0.1
+seeds = 4
 [[hypothesis]]
 id = "L"
 claim = "later"
@@ -174,3 +176,85 @@ def test_a_welch_contrast_is_scipys_welch_test(tmp_path):
     assert iv.mean == pytest.approx(np.mean(a) - np.mean(b))
     assert 2 * min(iv.p_above(0), iv.p_below(0)) == pytest.approx(t.pvalue)
     assert iv.n == 3 and iv.low < iv.mean < iv.high
+
+
+def test_a_row_short_of_its_planned_seeds_shows_its_estimate_but_is_not_tested(tmp_path):
+    run = folder(tmp_path / "run")
+    text = plan_file(tmp_path, run).read_text().replace("seeds = 4\n[[hypothesis]]\nid = \"E\"",
+                                                        "seeds = 10\n[[hypothesis]]\nid = \"E\"")
+    (tmp_path / "short.toml").write_text(text)
+    plan = Plan.load(tmp_path / "short.toml")
+    d_row, e_row, _ = evaluate(plan)
+    assert d_row.n == 4 and not d_row.complete and math.isfinite(d_row.estimate)
+    assert d_row.verdict(0.05) == "incomplete (4 of 10 seeds): not tested"
+    assert e_row.p_holm == pytest.approx(min(1.0, 3 * e_row.p))  # D counted as p = 1
+    line = next(x for x in render(plan, [d_row, e_row, _], "p").splitlines()
+                if x.startswith("| D |"))
+    assert "(n=4)" in line and "| – | – | incomplete" in line
+
+
+SUMMARY_DOC = """# Fidelity
+## What the evidence supports
+{body}
+## Next section
+Nothing here is checked [X9].
+"""
+
+
+def summary_problems(tmp_path, body):
+    """check_summary on a document whose summary is `body`, against the test plan's rows."""
+    from benchmarks.why import check_summary
+
+    run = folder(tmp_path / "run")
+    rows = evaluate(Plan.load(plan_file(tmp_path, run)))  # D: a < b, E: equivalent, L: not run
+    return check_summary(SUMMARY_DOC.format(body=body), rows, 0.05)
+
+
+def test_a_summary_whose_sentences_cite_their_rows_passes(tmp_path):
+    body = ("- CORY's models learn less alone than PPO's [D]. Role exchange leaves it the same,\n"
+            "  within ±0.1 [E].\n\nBoth hold at 4 seeds [D, E].")
+    assert summary_problems(tmp_path, body) == []
+
+
+@pytest.mark.parametrize("body, problem", [
+    ("- CORY trails PPO [D]. It trails by a lot.", "cites no row"),
+    ("- CORY trails PPO [D9].", "cites D9, not in the plan"),
+    ("- CORY learns the same as PPO [D].", "says 'same' but no row it cites shows equivalence"),
+    ("- A later run would tell [L].", "cites L, which is not run (0 of 10 seeds)"),
+    ("No section here.", None),
+])
+def test_a_summary_that_breaks_a_rule_is_told_which(tmp_path, body, problem):
+    problems = summary_problems(tmp_path, body)
+    if problem is None:  # a sentence without a citation, in a paragraph
+        assert any("cites no row" in p for p in problems)
+    else:
+        assert any(problem in p for p in problems), problems
+    assert not any("X9" in p for p in problems)  # the next section is not the summary
+
+
+def test_an_undecided_row_must_be_said_undecided(tmp_path):
+    from benchmarks.why import check_summary
+
+    run = folder(tmp_path / "run")
+    rows = evaluate(Plan.load(plan_file(tmp_path, run)))
+    rows[0].p_holm = 0.5  # D undecided at this level
+    doc = SUMMARY_DOC.format(body="- CORY trails PPO [D].")
+    assert any("without saying it is undecided" in p for p in check_summary(doc, rows, 0.05))
+    doc = SUMMARY_DOC.format(body="- Whether CORY trails PPO is undecided [D].")
+    assert check_summary(doc, rows, 0.05) == []
+    assert check_summary("# Other\ntext\n", rows, 0.05) == [
+        "no section headed 'What the evidence supports'"]
+
+
+def test_the_check_command_exits_nonzero_on_a_broken_summary(tmp_path, capsys):
+    run = folder(tmp_path / "run")
+    path = plan_file(tmp_path, run)
+    doc = tmp_path / "doc.md"
+    doc.write_text(SUMMARY_DOC.format(body="- CORY trails PPO [D]."))
+    with pytest.raises(SystemExit) as ok:
+        main([str(path), "--check", str(doc)])
+    assert ok.value.code == 0 and "every sentence" in capsys.readouterr().out
+    doc.write_text(SUMMARY_DOC.format(body="- CORY trails PPO."))
+    with pytest.raises(SystemExit) as bad:
+        main([str(path), "--check", str(doc)])
+    assert bad.value.code == 1 and "cites no row" in capsys.readouterr().out
