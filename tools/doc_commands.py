@@ -110,7 +110,8 @@ def check(cmd: str) -> str | None:
     if p.returncode != 0:
         return f"--help exit {p.returncode}: {p.stderr.strip()[-300:]}"
     at = words.index(target[-1]) + 1
-    used = {w.split("=")[0] for w in words[at:] if w.startswith("--")}
+    used = {w.split("=")[0] for w in words[at:]  # not a quoted value of options ("--a b")
+            if re.fullmatch(r"--[A-Za-z][\w-]*(=.*)?", w)}
     missing = sorted(o for o in used if not re.search(rf"{re.escape(o)}\b", p.stdout))
     return f"options not in --help: {missing}" if missing else None
 

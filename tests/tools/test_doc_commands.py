@@ -28,6 +28,9 @@ def test_a_wrong_option_or_value_is_caught_and_a_right_one_passes():
     assert "--no-such-flag" in dc.check("python -m benchmarks.report runs/X --no-such-flag")
     assert dc.check("python -m benchmarks.report runs/X") is None
     assert "make -n" in dc.check("make no-such-target")
+    quoted = 'python tools/perf/study_workers.py --study "--preset real-demo" --compare "--a|--b"'
+    assert dc.check(quoted) is None  # a quoted value that starts with -- is not an option
+    assert "--no-such" in dc.check(quoted + " --no-such")
 
 
 def test_every_documented_command_is_read():
