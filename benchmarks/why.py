@@ -296,10 +296,10 @@ def check_summary(text: str, rows: list[Row], alpha: float, title: str = SUMMARY
                 elif v.startswith("not shown") and "not shown" not in sentence:
                     problems.append(f"{where} cites {i} without saying equivalence is not "
                                     f"shown")
-            if SAMENESS.search(sentence) and not any(v.startswith("equivalent")
-                                                     for v in verdicts.values()):
-                problems.append(f"{where} says {SAMENESS.search(sentence)[0]!r} but no row it "
-                                f"cites shows equivalence")
+            same = SAMENESS.search(sentence)
+            if same and not any(v.startswith("equivalent") for v in verdicts.values()):
+                problems.append(f"{where} says {same[0]!r} but no row it cites shows "
+                                f"equivalence")
     return problems
 
 

@@ -330,6 +330,11 @@ class DecodeEngine:
         return state
 
 
+def decodes_fast(policy) -> bool:
+    """Whether `policy` decodes on the fast path (an engine is attached to it)."""
+    return getattr(policy, "engine", None) is not None
+
+
 def attach(policy, path: str = "auto") -> str:
     """Give `policy` the fast decode path where `path` ("auto", "fast", "exact") asks for it
     and it runs; return, in words, the path it decodes on (with why, where not the fast one)."""

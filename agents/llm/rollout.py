@@ -22,6 +22,7 @@ import torch
 
 from cory_env import BatchedCoryEnv
 
+from .engine import decodes_fast
 from .logits import kl_to_reference
 from .sampling import Step
 
@@ -175,7 +176,7 @@ def answer_alone(env: BatchedCoryEnv, policy, sampling, generator: torch.Generat
     query, which is neither scored nor returned)."""
     rewards, kls, answers = [], [], []
     agent = env.possible_agents[0]
-    fast = getattr(policy, "engine", None) is not None
+    fast = decodes_fast(policy)
     recompute = getattr(policy, "needs_recompute", False) and not fast
     for i in range(0, len(queries), env.batch_size):
         chunk = queries[i:i + env.batch_size]
@@ -250,7 +251,7 @@ def _silent_turn(env, agent: str, number: int, policy) -> dict:
     rows as the env kept them, every per-token tensor 0."""
     rows = _rows(env, agent, env.turn_batch(agent, number), policy.device)
     zeros = torch.zeros_like(rows["response_mask"])
-    fast = zeros if getattr(policy, "engine", None) is not None else None
+    fast = zeros if decodes_fast(policy) else None
     return dict(rows, role=env.episodes.roles[env.episodes.position(number)], logprobs=zeros,
                 raw_logprobs=zeros, values=zeros, ref_logprobs=zeros, full_kl=zeros,
                 sampler_logprobs=fast, sampler_kl=fast)
@@ -273,7 +274,7 @@ def _turn_tensors(env, agent, role, steps, policy, T, sampling=None) -> dict:
     if getattr(policy, "needs_recompute", False):  # decoding differs from a full pass
         own = full_pass(policy, ids, mask, T, sampling)
         mine = own["logits"][:, :n]
-        if getattr(policy, "engine", None) is not None:  # the fast path sampled
+        if decodes_fast(policy):  # the fast path sampled
             drawn = drawn_logsoftmax(steps)
             gap = torch.zeros_like(response_mask)
             gap[:, :n] = kl_to_reference(drawn, mine, ids[:, -T:][:, :n])[0]

@@ -27,7 +27,7 @@ from cory_env.chain import agent_names
 
 from ..learners.base import resolve_method
 from ..learners.comm import Comm
-from ..llm.engine import attach
+from ..llm.engine import attach, decodes_fast
 from ..llm.loading import config_positions
 from ..llm.policy import LLMPolicy
 from ..llm.rollout import rollout
@@ -257,7 +257,7 @@ class Trainer:
                             self.learner.generator, reset_options=options)
         t1 = time.perf_counter()
         for policy in {id(p): p for p in self.learner.policies.values()}.values():
-            if getattr(policy, "engine", None) is not None:  # folded again at the next decode
+            if decodes_fast(policy):  # folded again at the next decode
                 policy.engine.release()
         with oom_guard(self.cfg, "update"):
             stats = self.learner.update(turns, self.iteration)
