@@ -7,21 +7,61 @@ In one process per model (the study's policy: LoRA r 16, bf16 autocast), alterna
 paths `--rounds` times: a cached decode step at batch 16 against its streaming limit (the
 weights' bf16 bytes over the copy bandwidth measured in the same process, as
 `decode_limit.py`), and the study's alone evaluation (`answer_alone`: --alone held-out
-`reviews` openings in batches of 64, 12 new tokens, rewards and KLs). Medians over the rounds;
-the last line is one JSON object.
+`reviews` openings in batches of 64, 12 new tokens, rewards and KLs), split into its phases
+(the prompt passes, the decode steps, the draws, the reference pass, the trained model's pass,
+the KL over the vocabulary). `alone_floor_s` is the fast path's evaluation with its decode
+steps at the streaming limit and every other phase as measured: the most its decode steps can
+give. Medians over the rounds; the last line is one JSON object.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import statistics
 import sys
 import time
+from collections import defaultdict
+from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from decode_limit import copy_bandwidth, decode_times, each_model, model_parser  # noqa: E402
+
+PHASES = (("agents.llm.policy", "LLMPolicy.begin", "prompt passes"),
+          ("agents.llm.policy", "LLMPolicy.feed", "decode steps"),
+          ("agents.llm.decoding", "draw", "draws"),
+          ("agents.llm.policy", "LLMPolicy.reference_logits", "reference pass"),
+          ("agents.llm.policy", "LLMPolicy.evaluate", "trained model's pass"),
+          ("agents.llm.rollout", "kl_to_reference", "KL over the vocabulary"))
+
+
+@contextmanager
+def timed_phases(acc: dict):
+    """While inside, add each phase's seconds and calls to `acc` ({name: [s, calls]})."""
+    patched = []
+    for module, path, name in PHASES:
+        *parents, attr = path.split(".")
+        owner = importlib.import_module(module)
+        for part in parents:
+            owner = getattr(owner, part)
+        f = getattr(owner, attr)
+
+        def timed(*a, _f=f, _name=name, **k):
+            t0 = time.perf_counter()
+            try:
+                return _f(*a, **k)
+            finally:
+                acc[_name][0] += time.perf_counter() - t0
+                acc[_name][1] += 1
+        patched.append((owner, attr, f, attr in vars(owner)))
+        setattr(owner, attr, timed)
+    try:
+        yield
+    finally:
+        for owner, attr, f, own in patched:
+            setattr(owner, attr, f) if own else delattr(owner, attr)
 
 
 def measure(model: str, threads: int, steps: int, alone: int, rounds: int) -> dict:
@@ -48,17 +88,22 @@ def measure(model: str, threads: int, steps: int, alone: int, rounds: int) -> di
                          tokenizer=load_tokenizer(model), split="test",
                          n_agents=1, seed=0)
     queries = list(range(min(alone, len(env.task.queries("test")))))
-    out = {p: {"step_ms": [], "alone_s": [], "alone_kl": None, "alone_reward": None}
-           for p in ("exact", "fast")}
+    out = {p: {"step_ms": [], "alone_s": [], "alone_kl": None, "alone_reward": None,
+               "phases": defaultdict(list), "steps": 0} for p in ("exact", "fast")}
     for _ in range(rounds):
         for path in ("exact", "fast"):
             attach(policy, path)
             out[path]["step_ms"].append(1e3 * statistics.median(decode_times(policy, 16,
                                                                              steps)))
+            acc = defaultdict(lambda: [0.0, 0])
             t0 = time.perf_counter()
-            rewards, kls = answer_alone(env, policy, SamplingConfig(),
-                                        torch.Generator().manual_seed(0), queries)
+            with timed_phases(acc):
+                rewards, kls = answer_alone(env, policy, SamplingConfig(),
+                                            torch.Generator().manual_seed(0), queries)
             out[path]["alone_s"].append(time.perf_counter() - t0)
+            for name, (seconds, _) in acc.items():
+                out[path]["phases"][name].append(seconds)
+            out[path]["steps"] = acc["decode steps"][1]
             out[path]["alone_kl"] = round(float(kls.mean()), 5)
             out[path]["alone_reward"] = round(float(rewards.mean()), 4)
     row = {"model": model, "threads": threads, "weights_MB_bf16": round(bf16 / 1e6),
@@ -67,7 +112,15 @@ def measure(model: str, threads: int, steps: int, alone: int, rounds: int) -> di
         row[path] = {"step_ms": round(statistics.median(r["step_ms"]), 1),
                      "step_over_limit": round(statistics.median(r["step_ms"]) / 1e3 / limit, 2),
                      "alone_s": round(statistics.median(r["alone_s"]), 2),
-                     "alone_reward": r["alone_reward"], "alone_kl": r["alone_kl"]}
+                     "alone_reward": r["alone_reward"], "alone_kl": r["alone_kl"],
+                     "alone_phases_s": {k: round(statistics.median(v), 2)
+                                        for k, v in r["phases"].items()},
+                     "alone_decode_steps": r["steps"]}
+    fast = out["fast"]
+    floor = (statistics.median(fast["alone_s"]) - statistics.median(fast["phases"]["decode steps"])
+             + fast["steps"] * limit)
+    row["alone_floor_s"] = round(floor, 2)
+    row["alone_speedup_at_limit"] = round(row["exact"]["alone_s"] / floor, 2)
     row["step_speedup"] = round(row["exact"]["step_ms"] / row["fast"]["step_ms"], 2)
     row["alone_speedup"] = round(row["exact"]["alone_s"] / row["fast"]["alone_s"], 2)
     return row
