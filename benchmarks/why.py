@@ -130,7 +130,10 @@ def per_seed(arm: Arm, quantity: str, cache: dict) -> dict[int, float]:
         return {}
     data = cache.setdefault(str(folder), RunData.load(folder))
     out = {}
+    unfinished = running(folder, data, arm)
     for seed, t in data.trajectories(arm.task, arm.method, None).items():
+        if int(seed) in unfinished:
+            continue
         if arm.iterations:  # the points at or before it
             keep = t.iterations <= arm.iterations
             t = replace(t, iterations=t.iterations[keep], kl=t.kl[keep],
@@ -140,6 +143,18 @@ def per_seed(arm: Arm, quantity: str, cache: dict) -> dict[int, float]:
         out[int(seed)] = t.mean_gain() if quantity == "alone_gain" \
             else float(t.reward[-1] - t.reward[0])
     return out
+
+
+def running(folder: Path, data: RunData, arm: Arm) -> set[int]:
+    """Seeds of the arm whose run has not finished: in a folder that keeps run markers (done/
+    or ckpt/, as `benchmarks.run` writes them), those without `done/<run>`. Their records so far
+    never count, so no row can be tested while a run is still writing its points."""
+    if not ((folder / "done").is_dir() or (folder / "ckpt").is_dir()):
+        return set()
+    runs = {int(r["seed"]): str(r.get("run")) for r in data.evals
+            if r["task"] == arm.task and r["method"] == arm.method
+            and r.get("swept_kl_coef") is None}
+    return {seed for seed, run in runs.items() if not (folder / "done" / run).exists()}
 
 
 def made_with(data: RunData, arm: Arm, name: str) -> list[str]:

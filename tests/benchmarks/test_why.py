@@ -27,7 +27,8 @@ def folder(tmp_path, steps=None):
             for it, r in ((0, 0.0), (3, g - 0.1), (6, g + 0.1)):
                 for a in agents:
                     evals.append({"task": "reviews", "method": method, "seed": seed,
-                                  "swept_kl_coef": None, "model": a, "iteration": it,
+                                  "swept_kl_coef": None, "run": f"reviews-{method}-seed{seed}",
+                                  "model": a, "iteration": it,
                                   "task_reward": r, "kl": 0.0, "combined_reward": r})
             for it in range(3):
                 for pos, a in enumerate(agents):
@@ -190,6 +191,22 @@ def test_a_row_short_of_its_planned_seeds_shows_its_estimate_but_is_not_tested(t
     line = next(x for x in render(plan, [d_row, e_row, _], "p").splitlines()
                 if x.startswith("| D |"))
     assert "(n=4)" in line and "| – | – | incomplete" in line
+
+
+def test_a_run_still_writing_its_points_does_not_count(tmp_path):
+    run = folder(tmp_path / "run")
+    plan = Plan.load(plan_file(tmp_path, run))
+    unmarked = evaluate(plan)[0]  # a folder that keeps no markers: every seed counts
+    (run / "ckpt").mkdir()
+    (run / "done").mkdir()
+    for method, gains in GAINS.items():
+        for seed in range(len(gains) - (method == "cory")):  # cory's seed 3 still running
+            (run / "done" / f"reviews-{method}-seed{seed}").write_text("")
+    d_row = evaluate(plan)[0]
+    assert d_row.n == 3 and d_row.verdict(0.05) == "incomplete (3 of 4 seeds): not tested"
+    (run / "done" / "reviews-cory-seed3").write_text("")
+    d_row = evaluate(plan)[0]
+    assert d_row.n == 4 and (d_row.estimate, d_row.p) == (unmarked.estimate, unmarked.p)
 
 
 SUMMARY_DOC = """# Fidelity
