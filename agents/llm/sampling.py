@@ -112,17 +112,32 @@ def transform_logits(logits: torch.Tensor, seen: torch.Tensor | None, s: Samplin
     return logits
 
 
-def sample_from_logprobs(logp: torch.Tensor, generator: torch.Generator | None = None):
-    """Inverse-CDF sampling of one index per row of (B, V) log-probs (faster than multinomial).
+BLOCK = 256  # vocabulary entries per block of the two-level inverse CDF
 
-    Zero-probability entries can never be drawn: the first index whose CDF exceeds u is returned.
+
+def sample_from_logprobs(logp: torch.Tensor, generator: torch.Generator | None = None):
+    """Inverse-CDF sampling of one index per row of (B, V) log-probs, in two levels: the block
+    of BLOCK entries from the blocks' float64 running sums, then the entry within it.
+
+    One float32 running sum over the whole vocabulary strays from the distribution (by about
+    2e-3 in total variation over Gemma 3's 262k entries) and is a sequential pass over it; here
+    every sum is float64 and the sequential parts are the blocks' and one block's. Zero-
+    probability entries can never be drawn: the first index whose CDF exceeds u is returned.
     """
-    cdf = logp.exp().cumsum(-1)
-    where = generator.device if generator is not None else cdf.device  # a CPU generator works too
-    u = torch.rand(cdf.shape[0], 1, generator=generator, device=where, dtype=cdf.dtype)
-    u = u.to(cdf.device)
-    token = torch.searchsorted(cdf, u * cdf[:, -1:], right=True)
-    return token.squeeze(-1).clamp(max=cdf.shape[-1] - 1)
+    B, V = logp.shape
+    p = logp.exp()
+    blocks = (F.pad(p, (0, -V % BLOCK)) if V % BLOCK else p).view(B, -1, BLOCK)
+    ends = blocks.sum(-1).double().cumsum(-1)  # (B, blocks)
+    where = generator.device if generator is not None else p.device  # a CPU generator works too
+    u = torch.rand(B, 1, generator=generator, device=where, dtype=p.dtype).to(p.device)
+    target = u.double() * ends[:, -1:]
+    block = torch.searchsorted(ends, target, right=True).clamp(max=ends.shape[1] - 1)
+    before = torch.where(block > 0, ends.gather(1, (block - 1).clamp(min=0)), 0.0)
+    inner = blocks.gather(1, block[:, :, None].expand(B, 1, BLOCK)).squeeze(1).double()
+    entry = torch.searchsorted(inner.cumsum(-1), target - before, right=True)
+    # rounding between the two levels never takes a draw past the block's last drawable entry
+    last = torch.where(inner > 0, torch.arange(BLOCK, device=p.device), -1).amax(-1, True)
+    return (block * BLOCK + torch.minimum(entry, last)).squeeze(-1)
 
 
 # cuDNN's fused attention returns NaN gradients in bf16 when a query row is all padding (the

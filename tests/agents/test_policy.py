@@ -560,6 +560,25 @@ def test_sampling_transforms(model_dirs):
     assert set(sample_from_logprobs(lp.expand(2000, -1), gen).tolist()) == {0, 2}
 
 
+@pytest.mark.parametrize("vocab", [5, 300, 4096])
+def test_inverse_cdf_draws_are_the_float64_inverse_cdfs(vocab):
+    """The two-level sampler returns, for each row's u, the index a float64 running sum over
+    the whole row would (blocks of 256 or fewer entries, a vocabulary short of a block, entries
+    of probability 0), and its draws follow the distribution."""
+    logits = torch.randn(4000, vocab, generator=torch.Generator().manual_seed(1)) * 3
+    logits[:, 1::3] = float("-inf")
+    lp = torch.log_softmax(logits, -1)
+    token = sample_from_logprobs(lp, torch.Generator().manual_seed(0))
+    u = torch.rand(4000, 1, generator=torch.Generator().manual_seed(0)).double()
+    cdf = lp.double().exp().cumsum(-1)
+    assert torch.equal(token, torch.searchsorted(cdf, u * cdf[:, -1:], right=True).squeeze(-1))
+    assert not (token % 3 == 1).any()
+    row = torch.log_softmax(torch.tensor([2.0, 0.0, 1.0, -1.0]), -1)
+    drawn = sample_from_logprobs(row.expand(20000, -1), torch.Generator().manual_seed(2))
+    freq = torch.bincount(drawn, minlength=4) / 20000
+    assert (freq - row.exp()).abs().max() < 0.01  # 4 sd of a binomial frequency
+
+
 @pytest.mark.parametrize("lora", [False, True])
 def test_save_load_round_trip(model_dirs, tmp_path, lora):
     """save() then load() into a fresh policy reproduces outputs; saving over a dir is atomic."""
