@@ -10,7 +10,8 @@ first turn (64 held-out `reviews` openings, the base model), then
 - each sampler's time for one draw of the 64 rows (median of --rounds, the two alternated);
 - the total variation between the distribution each sampler draws from and the model's (the
   gaps of its running sum against a float64 one: what its rounding moves), and the share of
-  draws that land elsewhere than a float64 inverse CDF's under the same u.
+  draws that land elsewhere than a float64 inverse CDF's under the same u (a coupling, not an
+  error: boundaries all shifted by a hair move draws without changing the distribution).
 The last line is one JSON object.
 """
 
