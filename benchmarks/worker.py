@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from agents.llm.engine import decodes_fast
+from agents.llm.sampling import SAMPLER
 from agents.training.runlog import code_commit
 from agents.training.train import Trainer
 from cory_common.plugins import load_plugins
@@ -48,10 +49,11 @@ class Job:
 
 def provenance(trainer: Trainer) -> dict:
     """What a record's numbers rest on beyond its settings: the code's commit ("-dirty": with
-    uncommitted changes) and what changes its draws (the decode path and torch's version)."""
+    uncommitted changes) and what changes its draws (the decode path, the sampler and torch's
+    version)."""
     fast = any(decodes_fast(p) for p in trainer.learner.policies.values())
-    return {"commit": code_commit(),
-            "draws": f"decode {'fast' if fast else 'exact'}, torch {torch.__version__}"}
+    return {"commit": code_commit(), "draws": f"decode {'fast' if fast else 'exact'}, "
+                                              f"{SAMPLER}, torch {torch.__version__}"}
 
 
 def flatten(metrics: dict, spec: RunSpec, time_fields=("time_rollout_s", "time_update_s")

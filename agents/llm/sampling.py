@@ -113,6 +113,7 @@ def transform_logits(logits: torch.Tensor, seen: torch.Tensor | None, s: Samplin
 
 
 BLOCK = 256  # vocabulary entries per block of the two-level inverse CDF
+SAMPLER = "two-level inverse CDF"  # named in every benchmark record's `draws`
 
 
 def sample_from_logprobs(logp: torch.Tensor, generator: torch.Generator | None = None):

@@ -17,6 +17,7 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
+from agents.llm.sampling import SAMPLER
 from agents.training.config import TrainConfig
 from agents.training.runlog import FolderBusy, LedgerError, RunLock, code_identity, resume_ledger
 from benchmarks import runner
@@ -341,6 +342,15 @@ def halves(model, tmp_path_factory):
     root = tmp_path_factory.mktemp("halves")
     return (_run(model, root / "a"), _run(model, root / "b", "--seeds", "1"),
             _run(model, root / "both", "--seeds", "0,1"))
+
+
+def test_every_record_names_what_made_its_draws(halves):
+    """Each alone record carries the commit and the draws' makers (decode path, sampler,
+    torch), so folders whose draws differ are never read as one arm without a flag."""
+    evals = [json.loads(x) for x in (halves[0] / "alone.jsonl").read_text().splitlines() if x]
+    assert evals and {e["draws"] for e in evals} == {
+        f"decode exact, {SAMPLER}, torch {torch.__version__}"}
+    assert all(e["commit"] for e in evals)
 
 
 def test_merged_folders_equal_one_folder_that_ran_every_run(halves, tmp_path):
