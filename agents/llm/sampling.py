@@ -118,12 +118,13 @@ SAMPLER = "two-level inverse CDF"  # named in every benchmark record's `draws`
 
 def sample_from_logprobs(logp: torch.Tensor, generator: torch.Generator | None = None):
     """Inverse-CDF sampling of one index per row of (B, V) log-probs, in two levels: the block
-    of BLOCK entries from the blocks' float64 running sums, then the entry within it.
+    of BLOCK entries (the blocks' sums run in float64), then the entry within it (a float64
+    running sum over that block).
 
-    One float32 running sum over the whole vocabulary strays from the distribution (by about
-    2e-3 in total variation over Gemma 3's 262k entries) and is a sequential pass over it; here
-    every sum is float64 and the sequential parts are the blocks' and one block's. Zero-
-    probability entries can never be drawn: the first index whose CDF exceeds u is returned.
+    One float32 running sum over the whole vocabulary strays from the distribution (about 2e-3
+    in total variation over Gemma 3's 262k entries; this, about 4e-8: tools/perf/draws.py) and
+    is a sequential pass over all of it. Zero-probability entries can never be drawn: the first
+    index whose CDF exceeds u is returned.
     """
     B, V = logp.shape
     p = logp.exp()
