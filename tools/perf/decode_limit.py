@@ -93,28 +93,35 @@ def measure(model: str, threads: int, steps: int, alone: int) -> dict:
     return row
 
 
-def model_parser(doc: str) -> argparse.ArgumentParser:
-    """The options of a per-model decode measurement: --models, --threads, --steps, --alone
-    (and the internal --child of `each_model`)."""
+def model_parser(doc: str, decode: bool = True) -> argparse.ArgumentParser:
+    """The options of a per-model measurement: --models, --threads, with `decode` --steps and
+    --alone (and the internal --child of `each_model`)."""
     p = argparse.ArgumentParser(description=doc,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="smollm2-135m,gemma3-270m")
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--alone", type=int, default=256, help="held-out queries answered alone")
+    if decode:
+        p.add_argument("--steps", type=int, default=20)
+        p.add_argument("--alone", type=int, default=256, help="held-out queries answered alone")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     return p
 
 
+def per_model(script: str, parser: argparse.ArgumentParser, measure) -> None:
+    """A per-model tool's main: as a child, print `measure(model, **options)`; else run each of
+    --models in its own process with the same options and print their rows as one JSON line."""
+    a = parser.parse_args()
+    options = {k: v for k, v in vars(a).items() if k not in ("models", "child")}
+    if a.child:
+        print(json.dumps(measure(a.child, **options)))
+        return
+    args = [x for k, v in options.items() for x in (f"--{k.replace('_', '-')}", str(v))]
+    print(json.dumps({"rows": each_model(script, a.models.split(","), args)}))
+
+
 def main() -> None:
     """Measure each model in its own process; print the JSON line."""
-    a = model_parser(__doc__).parse_args()
-    if a.child:
-        print(json.dumps(measure(a.child, a.threads, a.steps, a.alone)))
-        return
-    rows = each_model(__file__, a.models.split(","), ["--threads", str(a.threads), "--steps",
-                                                      str(a.steps), "--alone", str(a.alone)])
-    print(json.dumps({"rows": rows}))
+    per_model(__file__, model_parser(__doc__), measure)
 
 
 def each_model(script: str, models: list[str], args: list[str]) -> list[dict]:

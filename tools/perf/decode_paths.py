@@ -17,7 +17,6 @@ give. Medians over the rounds; the last line is one JSON object.
 from __future__ import annotations
 
 import importlib
-import json
 import statistics
 import sys
 import time
@@ -27,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from decode_limit import copy_bandwidth, decode_times, each_model, model_parser  # noqa: E402
+from decode_limit import copy_bandwidth, decode_times, model_parser, per_model  # noqa: E402
 
 PHASES = (("agents.llm.policy", "LLMPolicy.begin", "prompt passes"),
           ("agents.llm.policy", "LLMPolicy.feed", "decode steps"),
@@ -130,14 +129,7 @@ def main() -> None:
     """Measure each model in its own process; print the JSON line."""
     p = model_parser(__doc__)
     p.add_argument("--rounds", type=int, default=2, help="alternations of the two paths")
-    a = p.parse_args()
-    if a.child:
-        print(json.dumps(measure(a.child, a.threads, a.steps, a.alone, a.rounds)))
-        return
-    rows = each_model(__file__, a.models.split(","), [
-        "--threads", str(a.threads), "--steps", str(a.steps), "--alone", str(a.alone),
-        "--rounds", str(a.rounds)])
-    print(json.dumps({"rows": rows}))
+    per_model(__file__, p, measure)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ The last line is one JSON object.
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 import time
@@ -25,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from decode_limit import each_model, model_parser  # noqa: E402
+from decode_limit import model_parser, per_model  # noqa: E402
 
 
 def single(logp, generator):
@@ -44,6 +43,8 @@ def strays(logp, sampler) -> tuple[float, float]:
     import torch
     import torch.nn.functional as F
 
+    from agents.llm.sampling import BLOCK, sample_from_logprobs
+
     p = logp.double().exp()
     p = p / p.sum(-1, keepdim=True)
     cdf = p.cumsum(-1)
@@ -51,8 +52,6 @@ def strays(logp, sampler) -> tuple[float, float]:
         c = logp.exp().cumsum(-1).double()
         drawn = torch.diff(c, dim=-1, prepend=torch.zeros(len(c), 1, dtype=c.dtype)) / c[:, -1:]
     else:  # each block gets its float32 sum's width, its entries their float64 sums in it
-        from agents.llm.sampling import BLOCK
-
         q = F.pad(logp.exp(), (0, -logp.shape[-1] % BLOCK)).view(len(logp), -1, BLOCK)
         width = q.sum(-1).double()[..., None]
         inner = q.double().cumsum(-1)
@@ -62,8 +61,6 @@ def strays(logp, sampler) -> tuple[float, float]:
         drawn.scatter_add_(-1, last, (width - inner[..., -1:]).clamp(min=0))
         drawn = drawn.flatten(1)[:, :logp.shape[-1]] / width.sum(1)
     tv = float((0.5 * (drawn.clamp(min=0) - p).abs().sum(-1)).mean())
-    from agents.llm.sampling import sample_from_logprobs
-
     draw = single if sampler == "single" else sample_from_logprobs
     differ = 0
     for seed in range(100):
@@ -110,15 +107,9 @@ def measure(model: str, threads: int, rounds: int) -> dict:
 
 def main() -> None:
     """Measure each model in its own process; print the JSON line."""
-    p = model_parser(__doc__)
+    p = model_parser(__doc__, decode=False)
     p.add_argument("--rounds", type=int, default=30, help="timed draws of each sampler")
-    a = p.parse_args()
-    if a.child:
-        print(json.dumps(measure(a.child, a.threads, a.rounds)))
-        return
-    rows = each_model(__file__, a.models.split(","), ["--threads", str(a.threads),
-                                                      "--rounds", str(a.rounds)])
-    print(json.dumps({"rows": rows}))
+    per_model(__file__, p, measure)
 
 
 if __name__ == "__main__":
