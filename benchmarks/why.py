@@ -145,22 +145,26 @@ def per_seed(arm: Arm, quantity: str, cache: dict) -> dict[int, float]:
     return out
 
 
+def alone_records(data: RunData, arm: Arm) -> list[dict]:
+    """The arm's alone-evaluation records (its task and method, every seed)."""
+    return [r for r in data.evals if r["task"] == arm.task and r["method"] == arm.method]
+
+
 def running(folder: Path, data: RunData, arm: Arm) -> set[int]:
     """Seeds of the arm whose run has not finished: in a folder that keeps run markers (done/
     or ckpt/, as `benchmarks.run` writes them), those without `done/<run>`. Their records so far
     never count, so no row can be tested while a run is still writing its points."""
     if not ((folder / "done").is_dir() or (folder / "ckpt").is_dir()):
         return set()
-    runs = {int(r["seed"]): str(r.get("run")) for r in data.evals
-            if r["task"] == arm.task and r["method"] == arm.method
-            and r.get("swept_kl_coef") is None}
+    runs = {int(r["seed"]): str(r.get("run")) for r in alone_records(data, arm)
+            if r.get("swept_kl_coef") is None}
     return {seed for seed, run in runs.items() if not (folder / "done" / run).exists()}
 
 
 def made_with(data: RunData, arm: Arm, name: str) -> list[str]:
     """The distinct `commit` or `draws` values of an arm's alone records ("unrecorded" for
     records written before they were kept)."""
-    rows = [r for r in data.evals if r["task"] == arm.task and r["method"] == arm.method]
+    rows = alone_records(data, arm)
     cut = 12 if name == "commit" else None
     return sorted({str(r.get(name) or "unrecorded")[:cut] for r in rows})
 
