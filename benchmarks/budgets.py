@@ -21,9 +21,13 @@ BUDGETS = ("iterations", "episodes", "generated tokens", "optimizer steps", "alo
 TOLERANCE = 0.05  # budgets within 5% count as matched
 
 
-def arm_budget(data: RunData, task: str, method: str, kl_coef=None) -> dict[str, float]:
-    """An arm's budgets per model, averaged over its seeds (empty when it has no records)."""
-    rows = select(data.rows, task=task, method=method, swept_kl_coef=kl_coef)
+def arm_budget(data: RunData, task: str, method: str, kl_coef=None,
+               seeds: set[int] | None = None, iterations: int | None = None) -> dict[str, float]:
+    """An arm's budgets per model, averaged over its seeds (only `seeds` and the first
+    `iterations` iterations, when given; empty when it has no records)."""
+    rows = [r for r in select(data.rows, task=task, method=method, swept_kl_coef=kl_coef)
+            if (seeds is None or int(r["seed"]) in seeds)
+            and (iterations is None or int(r["iteration"]) < iterations)]
     if not rows:
         return {}
     m = resolve_method(method)

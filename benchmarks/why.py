@@ -161,10 +161,10 @@ def running(folder: Path, data: RunData, arm: Arm) -> set[int]:
     return {seed for seed, run in runs.items() if not (folder / "done" / run).exists()}
 
 
-def made_with(data: RunData, arm: Arm, name: str) -> list[str]:
-    """The distinct `commit` or `draws` values of an arm's alone records ("unrecorded" for
-    records written before they were kept)."""
-    rows = alone_records(data, arm)
+def made_with(data: RunData, arm: Arm, name: str, seeds: set[int]) -> list[str]:
+    """The distinct `commit` or `draws` values of an arm's alone records of `seeds`
+    ("unrecorded" for records written before they were kept)."""
+    rows = [r for r in alone_records(data, arm) if int(r["seed"]) in seeds]
     cut = 12 if name == "commit" else None
     return sorted({str(r.get(name) or "unrecorded")[:cut] for r in rows})
 
@@ -182,6 +182,7 @@ class Row:
     se: float = math.nan
     p_holm: float = 1.0
     flags: list[str] = field(default_factory=list)
+    seeds: tuple[set[int], set[int]] = (set(), set())  # each arm's counted seeds
 
     @property
     def complete(self) -> bool:
@@ -206,18 +207,22 @@ class Row:
 
 
 def contrast(h: Hypothesis, cache: dict) -> Row:
-    """Estimate, 95% interval and the test's p-value of a − b."""
+    """Estimate, 95% interval and the test's p-value of a − b, over each arm's finished seeds
+    (paired: the seeds both arms have)."""
     a, b = per_seed(h.a, h.quantity, cache), per_seed(h.b, h.quantity, cache)
     if h.pairing == "paired":
-        iv = mean_interval([a[s] - b[s] for s in sorted(set(a) & set(b))])
+        common = set(a) & set(b)
+        seeds = (common, common)
+        iv = mean_interval([a[s] - b[s] for s in sorted(common)])
     else:
+        seeds = (set(a), set(b))
         iv = welch_interval(list(a.values()), list(b.values()))
     if iv.n < 2:
-        return Row(h, iv.n)
+        return Row(h, iv.n, seeds=seeds)
     p = {"difference": 2 * min(iv.p_above(0), iv.p_below(0)),
          "superiority": iv.p_above(0) if h.direction == "greater" else iv.p_below(0),
          "equivalence": max(iv.p_above(-h.margin), iv.p_below(h.margin))}[h.test]
-    return Row(h, iv.n, iv.mean, iv.low, iv.high, min(p, 1.0), se=iv.se)
+    return Row(h, iv.n, iv.mean, iv.low, iv.high, min(p, 1.0), se=iv.se, seeds=seeds)
 
 
 def evaluate(plan: Plan) -> list[Row]:
@@ -228,12 +233,13 @@ def evaluate(plan: Plan) -> list[Row]:
         row.p_holm = adjusted
         h = row.hypothesis
         if row.n >= 2:
-            da, db = cache[str(Path(h.a.folder))], cache[str(Path(h.b.folder))]
-            ba = arm_budget(da, h.a.task, h.a.method)
-            bb = arm_budget(db, h.b.task, h.b.method)
+            arms = [(cache[str(Path(arm.folder))], arm, seeds) for arm, seeds in
+                    zip((h.a, h.b), row.seeds)]
+            ba, bb = (arm_budget(d, arm.task, arm.method, seeds=seeds,
+                                 iterations=arm.iterations) for d, arm, seeds in arms)
             row.flags = differing(ba, bb, skip=h.factor_budgets)
             for name in ("commit", "draws"):
-                made = [made_with(d, arm, name) for d, arm in ((da, h.a), (db, h.b))]
+                made = [made_with(d, arm, name, seeds) for d, arm, seeds in arms]
                 if made[0] != made[1] or len(made[0]) > 1:
                     row.flags.append(f"{name} {' + '.join(made[0])} vs {' + '.join(made[1])}")
     return rows

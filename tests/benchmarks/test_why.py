@@ -209,6 +209,24 @@ def test_a_run_still_writing_its_points_does_not_count(tmp_path):
     assert d_row.n == 4 and (d_row.estimate, d_row.p) == (unmarked.estimate, unmarked.p)
 
 
+def test_budgets_and_provenance_are_read_over_the_seeds_the_estimate_counts(tmp_path):
+    run = folder(tmp_path / "run")
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    partial = [r for r in rows if not (r["method"] == "cory" and r["seed"] == 3
+                                       and r["iteration"] > 0)]  # seed 3: one iteration in
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in partial))
+    (run / "done").mkdir()
+    for method, gains in GAINS.items():
+        for seed in range(len(gains) - (method == "cory")):
+            (run / "done" / f"reviews-{method}-seed{seed}").write_text("")
+    data = RunData.load(run)
+    assert arm_budget(data, "reviews", "cory")["iterations"] == 2.5  # the running seed drags
+    assert arm_budget(data, "reviews", "cory", seeds={0, 1, 2})["iterations"] == 3
+    assert arm_budget(data, "reviews", "ppo", iterations=2)["episodes"] == 8  # 2 its x batch 4
+    e_row = evaluate(Plan.load(plan_file(tmp_path, run)))[1]
+    assert e_row.n == 3 and e_row.seeds == ({0, 1, 2}, {0, 1, 2}) and e_row.flags == []
+
+
 SUMMARY_DOC = """# Fidelity
 ## What the evidence supports
 {body}
