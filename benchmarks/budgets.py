@@ -10,6 +10,7 @@ two arms differ by more than 5%, which `benchmarks.why` flags on a contrast.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Set
 
 import numpy as np
 
@@ -22,7 +23,7 @@ TOLERANCE = 0.05  # budgets within 5% count as matched
 
 
 def arm_budget(data: RunData, task: str, method: str, kl_coef=None,
-               seeds: set[int] | None = None, iterations: int | None = None) -> dict[str, float]:
+               seeds: Set[int] | None = None, iterations: int | None = None) -> dict[str, float]:
     """An arm's budgets per model, averaged over its seeds (only `seeds` and the first
     `iterations` iterations, when given; empty when it has no records)."""
     rows = [r for r in select(data.rows, task=task, method=method, swept_kl_coef=kl_coef)

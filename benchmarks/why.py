@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import re
 import sys
+from collections.abc import Set
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -146,8 +147,10 @@ def per_seed(arm: Arm, quantity: str, cache: dict) -> dict[int, float]:
 
 
 def alone_records(data: RunData, arm: Arm) -> list[dict]:
-    """The arm's alone-evaluation records (its task and method, every seed)."""
-    return [r for r in data.evals if r["task"] == arm.task and r["method"] == arm.method]
+    """The arm's alone-evaluation records (its task and method, every seed, no KL sweep: the
+    records `per_seed` reads)."""
+    return [r for r in data.evals if r["task"] == arm.task and r["method"] == arm.method
+            and r.get("swept_kl_coef") is None]
 
 
 def running(folder: Path, data: RunData, arm: Arm) -> set[int]:
@@ -156,12 +159,11 @@ def running(folder: Path, data: RunData, arm: Arm) -> set[int]:
     never count, so no row can be tested while a run is still writing its points."""
     if not ((folder / "done").is_dir() or (folder / "ckpt").is_dir()):
         return set()
-    runs = {int(r["seed"]): str(r.get("run")) for r in alone_records(data, arm)
-            if r.get("swept_kl_coef") is None}
+    runs = {int(r["seed"]): str(r.get("run")) for r in alone_records(data, arm)}
     return {seed for seed, run in runs.items() if not (folder / "done" / run).exists()}
 
 
-def made_with(data: RunData, arm: Arm, name: str, seeds: set[int]) -> list[str]:
+def made_with(data: RunData, arm: Arm, name: str, seeds: Set[int]) -> list[str]:
     """The distinct `commit` or `draws` values of an arm's alone records of `seeds`
     ("unrecorded" for records written before they were kept)."""
     rows = [r for r in alone_records(data, arm) if int(r["seed"]) in seeds]
@@ -182,7 +184,7 @@ class Row:
     se: float = math.nan
     p_holm: float = 1.0
     flags: list[str] = field(default_factory=list)
-    seeds: tuple[set[int], set[int]] = (set(), set())  # each arm's counted seeds
+    seeds: tuple[frozenset[int], frozenset[int]] = (frozenset(), frozenset())  # counted, per arm
 
     @property
     def complete(self) -> bool:
@@ -211,11 +213,11 @@ def contrast(h: Hypothesis, cache: dict) -> Row:
     (paired: the seeds both arms have)."""
     a, b = per_seed(h.a, h.quantity, cache), per_seed(h.b, h.quantity, cache)
     if h.pairing == "paired":
-        common = set(a) & set(b)
+        common = frozenset(a) & frozenset(b)
         seeds = (common, common)
         iv = mean_interval([a[s] - b[s] for s in sorted(common)])
     else:
-        seeds = (set(a), set(b))
+        seeds = (frozenset(a), frozenset(b))
         iv = welch_interval(list(a.values()), list(b.values()))
     if iv.n < 2:
         return Row(h, iv.n, seeds=seeds)
