@@ -8,13 +8,17 @@
         --observer-only-checkpoints runs/x/ckpt/reviews-cory-no-re-seed0.pt,...
     python -m benchmarks.mechanism --checkpoint runs/x/ckpt/reviews-cory-seed0.pt,... \\
         --observer llm_1 --pioneer llm_0 --queries 256 --out kt-trained.json
+    python -m benchmarks.mechanism --merge runs/x/transfer-s01.json,runs/x/transfer-s2.json \\
+        --out runs/x/transfer-reviews.json
 
 `--measure` takes any task and model (`--import` for plug-in tasks) and every training
 setting of `agents.training.config.TrainConfig` as an option: the budget at which PPO and
 cory-no-re are trained for the cross-role transfer (docs/offline-models.md, "Measuring a
 model"). `--checkpoint` measures the knowledge-transfer split of trained models instead: each
-checkpoint's observer reading its pioneer's answers, one checkpoint per seed. What is measured
-and how it is read: `benchmarks.transfer`.
+checkpoint's observer reading its pioneer's answers, one checkpoint per seed. `--merge` joins
+measurements of one budget made on disjoint seeds (each seed as its runs finish, or on other
+machines) into the one that measuring every seed at once gives. What is measured and how it
+is read: `benchmarks.transfer`.
 """
 
 from __future__ import annotations
@@ -33,18 +37,26 @@ from cory_common.files import atomic_write
 from cory_env import offline_model
 from cory_env.data.tokenizer import TASKS
 
-from .transfer import QUERIES, checkpoint_knowledge_transfer, format_transfer, measure_transfer
+from .transfer import (
+    QUERIES,
+    checkpoint_knowledge_transfer,
+    format_transfer,
+    measure_transfer,
+    merge_transfers,
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Measure a model's knowledge and cross-role transfer, or trained observers' split."""
     parser, paths = _parser()
     args = parser.parse_args(argv)
+    if args.merge:
+        return _merge(parser, args)
     if args.checkpoint:
         return _checkpoint_split(parser, args)
     if args.measure:
         return _measure(parser, args, paths)
-    parser.error("give --measure TASK or --checkpoint PATHS")
+    parser.error("give --measure TASK, --checkpoint PATHS or --merge PATHS")
     return 2
 
 
@@ -72,6 +84,9 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
                              "one per seed, measured instead of training PPO here")
     parser.add_argument("--observer-only-checkpoints", default=None, metavar="PATHS",
                         help="with --measure: the same seeds' finished cory-no-re checkpoints")
+    parser.add_argument("--merge", default=None, metavar="PATHS",
+                        help="comma list of --measure results of one budget on disjoint "
+                             "seeds: write them as one measurement to --out")
     parser.add_argument("--observer", default="llm_1", help="--checkpoint's observer agent")
     parser.add_argument("--pioneer", default="llm_0", help="--checkpoint's pioneer agent")
     paths = add_train_options(parser, skip=("task", "method", "seed"))
@@ -90,6 +105,30 @@ def _checkpoint_split(parser, args) -> int:
     if args.out:
         atomic_write(Path(args.out), text)
     print(text)
+    return 0
+
+
+def _merge(parser, args) -> int:
+    """--merge: several measurements on disjoint seeds as one, saved to --out."""
+    files = _files(parser, "--merge", args.merge)
+    if not args.out:
+        parser.error("--merge needs --out, the file of the merged measurement")
+    parts = []
+    for f in files:
+        try:
+            parts.append(json.loads(Path(f).read_text()))
+        except json.JSONDecodeError as err:
+            parser.error(f"--merge: {f} is not a JSON measurement ({err})")
+    try:
+        result = merge_transfers(parts, files)
+    except (KeyError, TypeError) as err:
+        parser.error(f"--merge: a file lacks a measurement's fields ({err!r}): {files}")
+    except ValueError as err:
+        parser.error(f"--merge: {err}")
+    result["file"] = str(args.out)
+    atomic_write(Path(args.out), json.dumps(result, indent=2))
+    print("\n".join(format_transfer(result)))
+    print(f"[cory lm] {len(result['seeds'])} seeds merged; saved to {args.out}")
     return 0
 
 

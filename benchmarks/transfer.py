@@ -407,6 +407,48 @@ def measure_transfer(task: str, model: str | None = None, cfg: TrainConfig | Non
     return result
 
 
+def merge_transfers(parts: list[dict], names: list[str] | None = None) -> dict:
+    """One measurement from several made at one budget on disjoint seeds (every seed's rows
+    are measured on their own, so the merge equals measuring all the seeds at once); a
+    ValueError names the part whose task, model, queries, budget or seeds do not fit."""
+    names = names or [f"part {i}" for i in range(len(parts))]
+    if not parts:
+        raise ValueError("nothing to merge: give at least one measurement")
+    first, owner, kt_rows, rows, trained = parts[0], {}, [], [], []
+    for name, part in zip(names, parts):
+        for key in ("task", "model", "queries", "budget"):
+            if part.get(key) != first.get(key):
+                raise ValueError(f"{name} has {key} {part.get(key)!r}, {names[0]} "
+                                 f"{first.get(key)!r}: not one measurement")
+        if ("trained_from" in part) != ("trained_from" in first):
+            raise ValueError(f"{name} and {names[0]} differ in where their models come from "
+                             f"(finished runs' checkpoints or trained by the measurement)")
+        per_seed = part["cross_role"].get("per_seed") or []
+        if [r.get("seed") for r in per_seed] != list(part["seeds"]):
+            raise ValueError(f"{name} has no per-seed rows for its seeds {part['seeds']}")
+        kt = part["knowledge_transfer"]["per_seed"]
+        for i, (seed, row) in enumerate(zip(part["seeds"], per_seed)):
+            if seed in owner:
+                raise ValueError(f"seed {seed} is in both {owner[seed]} and {name}")
+            owner[seed] = name
+            kt_rows.append((seed, {k: kt[k][i] for k in ("full", "empty_answer", "plain")}))
+            rows.append(row)
+            trained += [part["trained_from"][i]] if "trained_from" in part else []
+    order = sorted(range(len(rows)), key=lambda i: rows[i]["seed"])
+    rows = [rows[i] for i in order]
+    out = {key: first[key] for key in ("task", "model") if key in first}
+    out.update(seeds=[r["seed"] for r in rows], queries=first["queries"],
+               budget=first["budget"],
+               knowledge_transfer=_kt_summary([kt_rows[i][1] for i in order]))
+    if trained:
+        out["trained_from"] = [trained[i] for i in order]
+    out["cross_role"] = {"per_seed": rows, **cross_role_summary(rows)}
+    out["verdict"] = summarize(out)["verdict"]
+    out["seconds"] = sum(part.get("seconds", 0.0) for part in parts)
+    out["merged_from"] = list(names)
+    return out
+
+
 def saved_transfer(path: str | Path) -> dict | None:
     """A model folder's transfer.json, if measured."""
     f = Path(path) / "transfer.json"

@@ -213,6 +213,34 @@ def test_cross_role_transfer_from_finished_runs_equals_training_them_here(toy_lm
     with pytest.raises(SystemExit):  # the command names the missing file before loading
         main(["--measure", "toy", "--ppo-checkpoints", str(tmp_path / "nowhere.pt"),
               "--observer-only-checkpoints", no_re[0]])
+    _merged_seeds_equal_one_measurement(paths, read, tmp_path)
+
+
+def _merged_seeds_equal_one_measurement(paths: dict, whole: dict, tmp_path) -> None:
+    """Each seed measured on its own (as its runs finish), then merged, gives the measurement
+    of both seeds at once; overlapping seeds and another budget are refused by name."""
+    from benchmarks.mechanism import main
+
+    parts = {}
+    for seed in (1, 0):
+        parts[seed] = str(tmp_path / f"t{seed}.json")
+        tr.measure_transfer("toy", None, None, n=5, progress=lambda m: None, out=parts[seed],
+                            checkpoints=([paths["ppo", seed]], [paths["cory-no-re", seed]]))
+    out = tmp_path / "merged.json"
+    assert main(["--merge", f"{parts[1]},{parts[0]}", "--out", str(out)]) == 0
+    merged = json.loads(out.read_text())
+    for key in ("seeds", "budget", "knowledge_transfer", "cross_role", "trained_from",
+                "verdict", "queries", "task"):
+        assert json.dumps(merged[key]) == json.dumps(whole[key]), key  # NaN: compare as text
+    assert merged["merged_from"] == [parts[1], parts[0]] and merged["file"] == str(out)
+    one = json.loads((tmp_path / "t0.json").read_text())
+    with pytest.raises(ValueError, match="seed 0 is in both a and b"):
+        tr.merge_transfers([one, one], ["a", "b"])
+    other = {**one, "seeds": [1], "budget": {**one["budget"], "lr": 1.0}}
+    with pytest.raises(ValueError, match="b has budget .*'lr': 1.0"):
+        tr.merge_transfers([one, other], ["a", "b"])
+    with pytest.raises(SystemExit):
+        main(["--merge", parts[0]])  # no --out
 
 
 def test_a_full_weight_bf16_policys_base_plays_as_the_untrained_policy_itself(toy_lm):
