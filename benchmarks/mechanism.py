@@ -69,7 +69,8 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
                              "model (--model; default: the offline LM, about 4 minutes)")
     parser.add_argument("--seeds", default="0,1,2", help="seeds of --measure (default: 0,1,2)")
     parser.add_argument("--queries", type=int, default=QUERIES,
-                        help="held-out queries of each evaluation (default: %(default)s)")
+                        help="answers of each evaluation, one per held-out query (cycling "
+                             "over the split when it holds fewer; default: %(default)s)")
     parser.add_argument("--out", default=None,
                         help="the JSON file (--measure's default: the model folder's "
                              "transfer.json, or transfer-TASK.json for a model that is not the "

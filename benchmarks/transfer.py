@@ -63,6 +63,13 @@ def _env(task, tokenizer, max_new, n: int, **kw):
                                    max_new_tokens=max_new, split="test", **kw)
 
 
+def held_out(env, n: int) -> list[int]:
+    """n query indices of the env's split, cycling when it holds fewer (every answer is
+    sampled, so a repeated query is another draw, as a benchmark's eval_samples)."""
+    pool = len(env.task.queries(env.config.split))
+    return [i % pool for i in range(n)]
+
+
 def observer_rewards(env, pioneer, observer, generator, queries, empty_answer=False) -> np.ndarray:
     """The observer's task rewards with `pioneer` answering first (or an empty answer)."""
     forced = forced_tokens([[]] * env.batch_size, env.max_new_tokens, env.episodes.eos) \
@@ -87,7 +94,7 @@ def _kt_row(observer, pioneer, task, tokenizer, max_new_tokens, seed: int, n: in
     """One seed's observer rewards under the three prompts."""
     kt = _env(task, tokenizer, max_new_tokens, n)
     no_kt = _env(task, tokenizer, max_new_tokens, n, knowledge_transfer=False)
-    queries = list(range(n))
+    queries = held_out(kt, n)
     with torch.random.fork_rng(devices=[]):
         return {"full": float(observer_rewards(kt, pioneer, observer,
                                                _generator(observer, seed), queries).mean()),
@@ -133,7 +140,7 @@ def _alone(policy, env, seed: int, n: int) -> float:
     """Mean task reward of a policy answering n held-out queries alone (fixed sampler seed)."""
     with torch.random.fork_rng(devices=[]):
         rewards, _ = answer_alone(env, policy, SamplingConfig(), _generator(policy, seed),
-                                  list(range(n)), kl=False)
+                                  held_out(env, n), kl=False)
     return float(rewards.mean())
 
 
@@ -141,7 +148,7 @@ def _as_observer(policy, base, env, seed: int, n: int) -> float:
     """Mean observer reward of a policy given the base model's answers (fixed seed)."""
     with torch.random.fork_rng(devices=[]):
         return float(observer_rewards(env, base, policy, _generator(policy, seed),
-                                      list(range(n))).mean())
+                                      held_out(env, n)).mean())
 
 
 def cross_role_transfer(cfg: TrainConfig, seeds=SEEDS, n: int = QUERIES,

@@ -8,7 +8,7 @@ generator). Splits, the one-shot "Question: ...\nAnswer:" prompt with the observ
 "Reference:" line, and the exact-match reward are the library adapter's (`library.py`); the
 answer is the response's first line (its last number, when the answer is a number), scored by
 the dataset's own `score_answer`. The default difficulty
-(two one-digit terms, + - *: 300 questions, 60 held out) is where SmolLM2-135M-Instruct's
+(two one-digit terms, + - *: 300 questions, 69 held out by a hash of the text) is where SmolLM2-135M-Instruct's
 pass@1 starts between 10% and 40% (docs/environment.md has the measured difficulties).
 """
 

@@ -58,6 +58,16 @@ def test_a_model_that_copies_the_answer_gets_all_its_gain_from_the_answer():
     assert r["from_instruction"]["mean"] == -1 and r["total"]["mean"] == 0
 
 
+def test_more_answers_than_held_out_queries_cycle_over_the_split():
+    """A split of 5 queries measured with 12 answers: each query again, in order (a task like
+    `reasoning` holds out fewer problems than a measurement's answers)."""
+    env = tr._env(ToyTask(), ToyTask().tokenizer, 4, 12)
+    assert tr.held_out(env, 12) == [0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1]
+    assert tr.held_out(env, 3) == [0, 1, 2]
+    r = tr.knowledge_transfer(Scripted(copy=True), ToyTask(), max_new_tokens=4, n=12)
+    assert r["per_seed"] == {"full": [1.0] * 3, "empty_answer": [0.0] * 3, "plain": [1.0] * 3}
+
+
 def test_a_model_that_ignores_the_answer_gets_nothing_from_it():
     r = tr.knowledge_transfer(Scripted(copy=False), ToyTask(), max_new_tokens=4, n=5)
     assert r["from_answer"]["mean"] == 0 and r["from_instruction"]["mean"] == 0
