@@ -7,9 +7,9 @@ Any single-answer reasoning-gym dataset works (`dataset=` its name; other option
 generator). Splits, the one-shot "Question: ...\nAnswer:" prompt with the observer's
 "Reference:" line, and the exact-match reward are the library adapter's (`library.py`); the
 answer is the response's first line (its last number, when the answer is a number), scored by
-the dataset's own `score_answer`. The default difficulty
-(two one-digit terms, + - *: 300 questions, 69 held out by a hash of the text) is where SmolLM2-135M-Instruct's
-pass@1 starts between 10% and 40% (docs/environment.md has the measured difficulties).
+the dataset's own `score_answer`. The default difficulty (two one-digit terms, + - *: 300
+questions, 69 held out by a hash of the text) is where SmolLM2-135M-Instruct's pass@1 starts
+between 10% and 40% (docs/environment.md has the measured difficulties).
 """
 
 from __future__ import annotations
