@@ -64,7 +64,7 @@ from .frontier import (
 from .intervals import ALPHA, Interval, detectable_effect, holm, mean_interval
 from .records import RunData, Trajectory
 from .stats import change
-from .transfer import summarize
+from .transfer_read import summarize
 
 SUPPORTED, CONTRADICTED, INCONCLUSIVE = "supported", "contradicted", "inconclusive"
 KL_RATIO = 2.0  # claim (1)'s "more than twice"

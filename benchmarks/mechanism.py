@@ -37,13 +37,8 @@ from cory_common.files import atomic_write
 from cory_env import offline_model
 from cory_env.data.tokenizer import TASKS
 
-from .transfer import (
-    QUERIES,
-    checkpoint_knowledge_transfer,
-    format_transfer,
-    measure_transfer,
-    merge_transfers,
-)
+from .transfer import QUERIES, checkpoint_knowledge_transfer, measure_transfer
+from .transfer_read import format_transfer, merge_transfers
 
 
 def main(argv: Sequence[str] | None = None) -> int:

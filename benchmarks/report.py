@@ -27,7 +27,7 @@ from .frontier import matched_kl_ratio, matched_reward_gap, ratio_text
 from .pioneer import pioneer_table
 from .plots import write_plots
 from .records import RunData, curves, final_value, mean_std, no_records, ordered, select
-from .transfer import format_transfer
+from .transfer_read import format_transfer
 
 TABLE_FIELDS = ("task_reward", "kl", "combined_reward", "distinct_1", "distinct_2")
 

@@ -49,13 +49,8 @@ from .engines import Execution, make_engine
 from .progress import Progress
 from .records import FORMAT, check_format
 from .study import canonical_order, run_study
-from .transfer import (
-    budget_differences,
-    measure_transfer,
-    saved_transfer,
-    training_budget,
-    transfer_file,
-)
+from .transfer import measure_transfer
+from .transfer_read import budget_differences, saved_transfer, training_budget, transfer_file
 
 ID_COLUMNS = ("task", "method", "seed", "swept_kl_coef", "run", "iteration", "agent", "role",
               "position", "rotation")

@@ -484,7 +484,7 @@ def test_resume_fills_in_a_mechanism_measured_after_the_run_started(tiny_lm, tmp
     import shutil
 
     from benchmarks.config import RunSpec, train_config
-    from benchmarks.transfer import training_budget
+    from benchmarks.transfer_read import training_budget
 
     model = tmp_path / "lm"
     shutil.copytree(tiny_lm.format(task="sentiment"), model)

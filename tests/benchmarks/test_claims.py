@@ -493,7 +493,7 @@ def test_claim_1s_margin_comes_from_the_methods_it_compares():
 
 
 def test_an_absent_mechanism_and_a_verdict_on_the_model_say_the_same():
-    from benchmarks.transfer import MEANING
+    from benchmarks.transfer_read import MEANING
 
     data = runs({"ppo": ppo_fast, "cory": cory_slow_efficient})
     data.mechanism = {"sentiment": absent_mechanism()}

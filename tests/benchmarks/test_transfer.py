@@ -15,6 +15,7 @@ import cory_env
 from agents.learners.ppo import PPOConfig
 from agents.training.config import TrainConfig
 from benchmarks import transfer as tr
+from benchmarks import transfer_read as rd
 
 cory_env.register_task("toy", ToyTask)
 
@@ -82,7 +83,7 @@ def rows(ppo_gains, observer_gains):
 
 def summary(ppo_gains, observer_gains):
     """The summarised measurement of those rows."""
-    return tr.summarize({"cross_role": {"per_seed": rows(ppo_gains, observer_gains)}})
+    return rd.summarize({"cross_role": {"per_seed": rows(ppo_gains, observer_gains)}})
 
 
 def test_the_verdict_reads_the_interval_of_the_ratio_of_mean_gains():
@@ -91,10 +92,10 @@ def test_the_verdict_reads_the_interval_of_the_ratio_of_mean_gains():
     assert summary([1.0, 1.1, 0.9], [0.41, 0.43, 0.37])["verdict"] == "weak"
     # a point estimate of 0.087 whose interval reaches past 0.3 is not "absent"
     wide = summary([1.0, 1.2, 0.8, 1.1, 0.9], [-0.25, 0.43, 0.1, 0.3, -0.15])
-    assert wide["ratio"]["high"] > tr.WEAK and wide["verdict"] == "inconclusive"
+    assert wide["ratio"]["high"] > rd.WEAK and wide["verdict"] == "inconclusive"
     flat = summary([0.01, -0.02, 0.04], [0.6, 0.7, 0.5])
     assert flat["verdict"] == "undefined"  # PPO learnt nothing: no skill to carry over
-    assert "still tested" in tr.MEANING["absent"]  # the claims are outcomes; it explains them
+    assert "still tested" in rd.MEANING["absent"]  # the claims are outcomes; it explains them
 
 
 def test_a_small_positive_denominator_gives_an_unbounded_ratio_not_an_explosion():
@@ -125,14 +126,14 @@ def test_measure_transfer_trains_both_methods_and_saves_the_ratios(toy_lm, tmp_p
     saved = json.loads((model / "transfer.json").read_text())
     report = json.loads((model / "report.json").read_text())
     assert report["task"] == "toy" and report["transfer"] == saved
-    assert saved["verdict"] == r["verdict"] in tr.MEANING
+    assert saved["verdict"] == r["verdict"] in rd.MEANING
     assert len(r["cross_role"]["per_seed"]) == 2 and r["budget"]["iterations"] == 2
     for row in r["cross_role"]["per_seed"]:
         den = row["alone_ppo"] - row["alone_base"]
         expected = (row["alone_observer_only"] - row["alone_base"]) / den if den > 0 else math.nan
         assert row["ratio"] == pytest.approx(expected, nan_ok=True)
-    assert tr.saved_transfer(model) == saved
-    lines = tr.format_transfer(r)
+    assert rd.saved_transfer(model) == saved
+    lines = rd.format_transfer(r)
     assert "Cross-role transfer" in lines[1] and "reverse" in lines[2] and "Verdict" in lines[3]
 
 
@@ -245,10 +246,10 @@ def _merged_seeds_equal_one_measurement(paths: dict, whole: dict, tmp_path) -> N
     assert merged["merged_from"] == [parts[1], parts[0]] and merged["file"] == str(out)
     one = json.loads((tmp_path / "t0.json").read_text())
     with pytest.raises(ValueError, match="seed 0 is in both a and b"):
-        tr.merge_transfers([one, one], ["a", "b"])
+        rd.merge_transfers([one, one], ["a", "b"])
     other = {**one, "seeds": [1], "budget": {**one["budget"], "lr": 1.0}}
     with pytest.raises(ValueError, match="b has budget .*'lr': 1.0"):
-        tr.merge_transfers([one, other], ["a", "b"])
+        rd.merge_transfers([one, other], ["a", "b"])
     with pytest.raises(SystemExit):
         main(["--merge", parts[0]])  # no --out
 
