@@ -19,12 +19,13 @@ from agents.training.config import TrainConfig
 from .intervals import Interval, Ratio, mean_interval, ratio_interval
 
 PRESENT, WEAK = 0.5, 0.3  # cross-role transfer: present >= 0.5, absent < 0.3
+PROMPTS = ("full", "empty_answer", "plain")  # the knowledge-transfer split's three prompts
 
 
 def kt_summary(rows: list[dict]) -> dict:
     """Per-seed rows as the split: what the answer, the instruction and both are worth."""
-    full, empty, plain = (np.array([r[k] for r in rows]) for k in ("full", "empty_answer", "plain"))
-    return {"per_seed": {k: [r[k] for r in rows] for k in ("full", "empty_answer", "plain")},
+    full, empty, plain = (np.array([r[k] for r in rows]) for k in PROMPTS)
+    return {"per_seed": {k: [r[k] for r in rows] for k in PROMPTS},
             "from_answer": _iv(full - empty), "from_instruction": _iv(empty - plain),
             "total": _iv(full - plain)}
 
@@ -137,7 +138,7 @@ def merge_transfers(parts: list[dict], names: list[str] | None = None) -> dict:
             if seed in owner:
                 raise ValueError(f"seed {seed} is in both {owner[seed]} and {name}")
             owner[seed] = name
-            kt_rows.append((seed, {k: kt[k][i] for k in ("full", "empty_answer", "plain")}))
+            kt_rows.append((seed, {k: kt[k][i] for k in PROMPTS}))
             rows.append(row)
             trained += [part["trained_from"][i]] if "trained_from" in part else []
     order = sorted(range(len(rows)), key=lambda i: rows[i]["seed"])
