@@ -3,6 +3,7 @@ estimates, TOST, Holm over the whole family, budget flags, and the same bytes ev
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ from scipy import stats
 
 from benchmarks.budgets import arm_budget
 from benchmarks.records import FORMAT, RunData
-from benchmarks.why import Plan, evaluate, main, render, seeds_needed
+from benchmarks.why import Plan, check_summary, evaluate, main, render, seeds_needed
 
 GAINS = {"ppo": [0.8, 0.5, 0.9, 0.6], "cory": [0.3, 0.2, 0.5, 0.1],
          "cory-no-re": [0.32, 0.18, 0.52, 0.12]}
@@ -151,21 +152,36 @@ def test_arms_made_by_other_code_or_draws_are_flagged(tmp_path):
     assert "commit" in " ".join(rows[1].flags)  # cory against cory-no-re: the same mark
 
 
-def test_the_published_plan_names_registered_methods_and_renders(monkeypatch):
-    from pathlib import Path
+ROOT = Path(__file__).resolve().parents[2]
 
+
+@pytest.fixture(scope="module")
+def published():
+    """The published plan and its rows, read from the repository's root (the plan's folders are
+    relative to it)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(ROOT)
+        plan = Plan.load(ROOT / "docs/fidelity/plan.toml")
+        yield plan, evaluate(plan)
+
+
+def test_the_published_plan_names_registered_methods_and_renders(published):
     from agents.learners.base import resolve_method
 
-    root = Path(__file__).resolve().parents[2]
-    monkeypatch.chdir(root)  # the plan's folders are relative to the repository's root
-    plan = Plan.load(root / "docs/fidelity/plan.toml")
+    plan, rows = published
     assert len(plan.hypotheses) >= 10 and plan.written
     for h in plan.hypotheses:
         for arm in (h.a, h.b):
             resolve_method(arm.method)  # raises on an unknown method
             assert arm.folder.startswith("docs/fidelity/")
-    assert render(plan, evaluate(plan), "docs/fidelity/plan.toml") == \
-        (root / "docs/fidelity/why.md").read_text()
+    assert render(plan, rows, "docs/fidelity/plan.toml") == \
+        (ROOT / "docs/fidelity/why.md").read_text()
+
+
+def test_the_published_summary_rests_on_complete_rows_and_says_their_verdicts(published):
+    plan, rows = published
+    text = (ROOT / "docs/fidelity.md").read_text()
+    assert check_summary(text, rows, plan.alpha) == []
 
 
 def test_a_welch_contrast_is_scipys_welch_test(tmp_path):
@@ -237,8 +253,6 @@ Nothing here is checked [X9].
 
 def summary_problems(tmp_path, body):
     """check_summary on a document whose summary is `body`, against the test plan's rows."""
-    from benchmarks.why import check_summary
-
     run = folder(tmp_path / "run")
     rows = evaluate(Plan.load(plan_file(tmp_path, run)))  # D: a < b, E: equivalent, L: not run
     return check_summary(SUMMARY_DOC.format(body=body), rows, 0.05)
@@ -267,8 +281,6 @@ def test_a_summary_that_breaks_a_rule_is_told_which(tmp_path, body, problem):
 
 
 def test_an_undecided_row_must_be_said_undecided(tmp_path):
-    from benchmarks.why import check_summary
-
     run = folder(tmp_path / "run")
     rows = evaluate(Plan.load(plan_file(tmp_path, run)))
     rows[0].p_holm = 0.5  # D undecided at this level
