@@ -158,11 +158,11 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def published():
     """The published plan and its rows, read from the repository's root (the plan's folders are
-    relative to it)."""
+    relative to it); the working directory is restored before any test runs."""
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(ROOT)
         plan = Plan.load(ROOT / "docs/fidelity/plan.toml")
-        yield plan, evaluate(plan)
+        return plan, evaluate(plan)
 
 
 def test_the_published_plan_names_registered_methods_and_renders(published):
