@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import getpass
+import gzip
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -41,9 +42,15 @@ class LedgerError(ValueError):
 
 # ------------------------------------------------------------------------------- reading
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
-    """The records of a JSON-lines file (missing file: none; torn or bad lines skipped)."""
+    """The records of a JSON-lines file, or of its gzipped copy PATH.gz where PATH is missing
+    (neither: none; torn or bad lines skipped)."""
     path = Path(path)
-    return _parse(path.read_text(encoding="utf-8")) if path.exists() else []
+    packed = path.with_name(path.name + ".gz")
+    if path.exists():
+        return _parse(path.read_text(encoding="utf-8"))
+    if packed.exists():
+        return _parse(gzip.decompress(packed.read_bytes()).decode("utf-8"))
+    return []
 
 
 def _parse(text: str) -> list[dict]:

@@ -3,6 +3,7 @@ settings refused before anything is written."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
@@ -21,6 +22,7 @@ from agents.llm.sampling import SAMPLER
 from agents.training.config import TrainConfig
 from agents.training.runlog import FolderBusy, LedgerError, RunLock, code_identity, resume_ledger
 from benchmarks import runner
+from benchmarks.records import read_jsonl
 from benchmarks.run import main
 from cory_env.data.tokenizer import task_tokenizer
 
@@ -114,6 +116,18 @@ def ledger_file(tmp_path, lines):
     path = tmp_path / "metrics.jsonl"
     path.write_text("".join(line + "\n" for line in lines))
     return path
+
+
+def test_records_read_from_a_gzipped_copy_equal_the_plain_file(tmp_path):
+    lines = [json.dumps({"run": "a", "iteration": i, "reward": i / 3}) for i in range(3)]
+    plain = ledger_file(tmp_path, lines)
+    records = read_jsonl(plain)
+    packed = tmp_path / "packed" / "metrics.jsonl"
+    packed.parent.mkdir()
+    packed.with_name("metrics.jsonl.gz").write_bytes(gzip.compress(plain.read_bytes()))
+    assert len(records) == 3 and read_jsonl(packed) == records
+    packed.write_text(lines[0] + "\n")  # the plain file, where both are, is the one read
+    assert read_jsonl(packed) == records[:1]
 
 
 def test_resume_keeps_every_line_before_the_checkpoint_and_drops_only_what_follows(tmp_path):
