@@ -18,7 +18,8 @@ A run folder holds (all written incrementally; a kill loses at most the iteratio
     plots/*.png       alone and in-training curves, the reward–KL frontier, a kl_coef sweep's front
     report.md         the mechanism, the claims' verdicts, tables, audit, samples
 
-A published folder may keep metrics.jsonl gzipped (metrics.jsonl.gz); `read_jsonl` reads either.
+A published folder may keep metrics.jsonl gzipped (metrics.jsonl.gz); `read_jsonl` reads either;
+`--resume` and `benchmarks.migrate` refuse it until it is gunzipped.
 
 Modules: `config` (BenchConfig: the sweep plus a nested TrainConfig; validation, runs, CLI
 options), `presets` (the paper's GPU settings), `runner` (the run folder, resume, the driver),

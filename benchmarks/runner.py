@@ -28,6 +28,7 @@ from agents.training.runlog import (
     append_jsonl,
     changed_code,
     code_identity,
+    packed_only,
     read_jsonl,
     resume_ledger,
 )
@@ -116,6 +117,10 @@ class RunFolder:
         """The settings the folder's run was started with."""
         if not self.config.exists():
             raise ValueError(f"--resume: {self.config} not found; nothing to resume")
+        for records in (self.metrics, self.evals):
+            if packed := packed_only(records):
+                raise ValueError(f"--resume: {packed} is gzipped; run `gunzip {packed}` first "
+                                 f"(a resume would start a new {records.name} that hides it)")
         saved = json.loads(self.config.read_text())
         saved.pop("code", None)
         check_format(saved, f"--resume: {self.config}")

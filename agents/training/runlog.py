@@ -45,12 +45,18 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
     """The records of a JSON-lines file, or of its gzipped copy PATH.gz where PATH is missing
     (neither: none; torn or bad lines skipped)."""
     path = Path(path)
-    packed = path.with_name(path.name + ".gz")
     if path.exists():
         return _parse(path.read_text(encoding="utf-8"))
-    if packed.exists():
+    if packed := packed_only(path):
         return _parse(gzip.decompress(packed.read_bytes()).decode("utf-8"))
     return []
+
+
+def packed_only(path: str | os.PathLike) -> Path | None:
+    """PATH.gz where it exists and PATH does not (records a writer cannot append to), else None."""
+    path = Path(path)
+    packed = path.with_name(path.name + ".gz")
+    return packed if packed.exists() and not path.exists() else None
 
 
 def _parse(text: str) -> list[dict]:

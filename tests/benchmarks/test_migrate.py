@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 from pathlib import Path
@@ -53,3 +54,18 @@ def test_migrate_names_what_it_cannot_rewrite(tmp_path, capsys):
     with pytest.raises(SystemExit):
         migrate.main([str(tmp_path)])
     assert "format 3; this version rewrites format [4] only" in capsys.readouterr().err
+
+
+def test_migrate_refuses_gzipped_records_and_writes_nothing(tmp_path, capsys):
+    folder = tmp_path / "tiny"
+    shutil.copytree(PUBLISHED, folder)
+    as_format_4(folder)
+    plain = folder / "metrics.jsonl"
+    (folder / "metrics.jsonl.gz").write_bytes(gzip.compress(plain.read_bytes()))
+    plain.unlink()
+    before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    with pytest.raises(SystemExit):
+        migrate.main([str(folder)])
+    assert f"gunzip {folder / 'metrics.jsonl.gz'}" in capsys.readouterr().err
+    after = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file() and p.name != ".lock"}
+    assert after == before

@@ -130,6 +130,25 @@ def test_records_read_from_a_gzipped_copy_equal_the_plain_file(tmp_path):
     assert read_jsonl(packed) == records[:1]
 
 
+def test_a_resume_into_gzipped_records_is_refused_by_name_and_changes_nothing(partial,
+                                                                             tmp_path, capsys):
+    run = copy(partial, tmp_path)
+    plain = run / "metrics.jsonl"
+    packed = run / "metrics.jsonl.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    plain.unlink()
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    with pytest.raises(SystemExit):
+        main(["--resume", "--out", str(run), "--no-progress"])
+    err = capsys.readouterr().err
+    assert f"{packed} is gzipped" in err and f"gunzip {packed}" in err
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+    plain.write_bytes(gzip.decompress(packed.read_bytes()))  # gunzip, and the resume goes on
+    packed.unlink()
+    main(["--resume", "--out", str(run), "--no-progress"])
+    assert max(r["iteration"] for r in read_jsonl(plain)) == 2
+
+
 def test_resume_keeps_every_line_before_the_checkpoint_and_drops_only_what_follows(tmp_path):
     rec = lambda run, it, **kw: json.dumps({"run": run, "iteration": it, **kw})  # noqa: E731
     lines = [rec("a", 0), rec("b", 0), rec("a", 1, note="checked by hand"), rec("a", 2),
