@@ -23,11 +23,14 @@ ones it varies), or whose records were made by different code or draws (each rec
 `commit` and `draws`), is flagged in bold. `--check DOC` holds a document's summary (the
 section "What the evidence supports") to the table: every sentence cites its rows ([S1]),
 "same" only where a cited row shows equivalence, an undecided row said to be undecided.
+Each arm's method and task must be registered or listed in its folder's run_config.json (a
+plug-in's), so a misspelt arm is refused by name, not read as "not run" forever.
 The same plan and records give the same bytes.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import sys
@@ -37,8 +40,10 @@ from pathlib import Path
 
 import tomllib
 
+from agents.learners.base import registered_methods, resolve_method
 from cory_common import cli
 from cory_common.files import atomic_write
+from cory_env import registered_tasks
 
 from .budgets import arm_budget, differing
 from .intervals import ALPHA, POWER, holm, mean_interval, t_quantile, welch_interval
@@ -61,6 +66,28 @@ class Arm:
     method: str
     task: str = "reviews"
     iterations: int | None = None  # read only the alone points at or before this iteration
+
+    def __post_init__(self):
+        if self.iterations is not None and not (isinstance(self.iterations, int)
+                                                and self.iterations > 0):
+            raise ValueError(f"arm {self.method!r}: iterations must be a whole number > 0, got "
+                             f"{self.iterations!r}")
+
+    def unknown(self) -> str | None:
+        """Why the arm's method or task is neither registered nor in its folder's run_config.json
+        (a plug-in's name), or None: a misspelt name would otherwise read as "not run"."""
+        config = Path(self.folder) / "run_config.json"
+        ran = json.loads(config.read_text()) if config.is_file() else {}
+        try:
+            resolve_method(self.method)
+        except ValueError:
+            if self.method not in ran.get("methods", []):
+                return (f"unknown method {self.method!r}; registered: {registered_methods()}"
+                        f" (or one that {config} lists)")
+        if self.task not in registered_tasks() and self.task not in ran.get("tasks", []):
+            return (f"unknown task {self.task!r}; registered: {registered_tasks()} (or one that "
+                    f"{config} lists)")
+        return None
 
     def label(self) -> str:
         """How the table names it."""
@@ -95,6 +122,9 @@ class Hypothesis:
                                  f"got {value!r}")
         if not self.margin > 0:
             raise ValueError(f"hypothesis {self.id}: margin must be > 0, got {self.margin!r}")
+        if not (isinstance(self.seeds, int) and self.seeds >= 2):
+            raise ValueError(f"hypothesis {self.id}: seeds must be a whole number >= 2 (an "
+                             f"interval needs two), got {self.seeds!r}")
 
 
 @dataclass
@@ -108,20 +138,37 @@ class Plan:
     @classmethod
     def load(cls, path: str | Path) -> Plan:
         """Read a plan file, naming the bad entry."""
-        data = tomllib.loads(Path(path).read_text())
+        try:
+            data = tomllib.loads(Path(path).read_text())
+        except tomllib.TOMLDecodeError as err:
+            raise ValueError(f"{path}: not TOML: {err}") from None
         hyps = []
         for h in data.get("hypothesis", []):
             h = dict(h)
+            where = f"{path}: hypothesis {h.get('id', '?')}"
             try:
                 a, b = Arm(**h.pop("a")), Arm(**h.pop("b"))
                 h["factor_budgets"] = tuple(h.get("factor_budgets", ()))
+            except KeyError as err:
+                raise ValueError(f"{where}: missing {err}") from None
+            except (TypeError, ValueError) as err:
+                raise ValueError(f"{where}: {err}") from None
+            try:
                 hyps.append(Hypothesis(a=a, b=b, **h))
-            except (KeyError, TypeError) as err:
-                raise ValueError(f"{path}: hypothesis {h.get('id', '?')}: {err}") from None
+            except TypeError as err:
+                raise ValueError(f"{where}: {err}") from None
+            except ValueError as err:  # its message names the hypothesis
+                raise ValueError(f"{path}: {err}") from None
+            for arm in (a, b):
+                if why := arm.unknown():
+                    raise ValueError(f"{where}: {why}")
         ids = [h.id for h in hyps]
         if len(set(ids)) != len(ids):
             raise ValueError(f"{path}: hypothesis ids repeat: {ids}")
-        return cls(str(data.get("written", "")), hyps, float(data.get("alpha", ALPHA)))
+        alpha = data.get("alpha", ALPHA)
+        if not (isinstance(alpha, float) and 0 < alpha < 1):
+            raise ValueError(f"{path}: alpha must be a number between 0 and 1, got {alpha!r}")
+        return cls(str(data.get("written", "")), hyps, alpha)
 
 
 def per_seed(arm: Arm, quantity: str, cache: dict) -> dict[int, float]:
@@ -383,7 +430,7 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     try:
         plan = Plan.load(args.plan)
-    except (OSError, ValueError, tomllib.TOMLDecodeError) as err:
+    except (OSError, ValueError) as err:
         p.error(str(err))
     if args.power:
         print("\n".join(power_lines(plan)))

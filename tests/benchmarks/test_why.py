@@ -129,6 +129,53 @@ def test_a_bad_plan_is_refused_naming_the_entry(tmp_path):
         Plan.load(path)
 
 
+@pytest.mark.parametrize("extra, message", [
+    ('method = "x"', "hypothesis L: .*'method'"),
+    ("seeds = 1", "hypothesis L: seeds must be a whole number >= 2 .*got 1"),
+    ("margin = -0.1", "hypothesis L: margin must be > 0, got -0.1"),
+    ("wrong = 1", "hypothesis L: .*'wrong'"),
+])
+def test_every_bad_entry_is_named_with_the_plan_file(tmp_path, extra, message):
+    path = plan_file(tmp_path, tmp_path, extra=extra)
+    with pytest.raises(ValueError, match=f"{path}: {message}"):
+        Plan.load(path)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda t: t.replace('method = "cory-no-re"', 'method = "cory-no-ree"'),
+     "hypothesis E: unknown method 'cory-no-ree'; registered: .*'cory-no-re'"),
+    (lambda t: t.replace('method = "ppo" }', 'method = "ppo", task = "review" }', 1),
+     "hypothesis D: unknown task 'review'; registered: .*'reviews'"),
+    (lambda t: t.replace('method = "ppo" }', 'method = "ppo", iterations = 0 }', 1),
+     "hypothesis D: arm 'ppo': iterations must be a whole number > 0, got 0"),
+    (lambda t: t.replace('id = "D"\n', ""), r"hypothesis \?: .*'id'"),
+    (lambda t: t.replace("[[hypothesis]]", "[[hypothesis]", 1), "not TOML"),
+    (lambda t: "alpha = 1.5\n" + t, "alpha must be a number between 0 and 1, got 1.5"),
+])
+def test_a_misspelt_arm_or_a_broken_file_is_refused_not_read_as_not_run(tmp_path, edit, message,
+                                                                         capsys):
+    run = folder(tmp_path / "run")
+    path = plan_file(tmp_path, run)
+    path.write_text(edit(path.read_text()))
+    with pytest.raises(ValueError, match=message):
+        Plan.load(path)
+    with pytest.raises(SystemExit):
+        main([str(path)])
+    assert str(path) in capsys.readouterr().err
+
+
+def test_a_plugin_method_or_task_its_folder_ran_is_accepted(tmp_path):
+    run = folder(tmp_path / "run")
+    config = json.loads((run / "run_config.json").read_text())
+    (run / "run_config.json").write_text(json.dumps({**config, "methods": ["my-method"],
+                                                     "tasks": ["my-task"]}))
+    path = plan_file(tmp_path, run)
+    path.write_text(path.read_text().replace('method = "cory-no-re" }',
+                                             'method = "my-method", task = "my-task" }'))
+    rows = evaluate(Plan.load(path))
+    assert rows[1].n == 0 and rows[0].n == 4  # no records of it yet: read as not run
+
+
 def test_seeds_needed_follow_the_t_formula():
     from benchmarks.why import Arm, Hypothesis
 
