@@ -46,8 +46,10 @@ def check_format(config: dict, where) -> None:
 
 
 def no_records(folder: str | os.PathLike) -> str | None:
-    """Why a path is not a run folder (no run_config.json or metrics.jsonl), or None if it is."""
-    if any((Path(folder) / name).is_file() for name in ("run_config.json", "metrics.jsonl")):
+    """Why a path is not a run folder (no run_config.json, metrics.jsonl or its gzipped copy),
+    or None if it is."""
+    names = ("run_config.json", "metrics.jsonl", "metrics.jsonl.gz")
+    if any((Path(folder) / name).is_file() for name in names):
         return None
     return (f"{str(folder)!r} holds no run records (no run_config.json or metrics.jsonl): "
             f"give a folder written by python -m benchmarks.run")

@@ -22,7 +22,7 @@ from agents.llm.sampling import SAMPLER
 from agents.training.config import TrainConfig
 from agents.training.runlog import FolderBusy, LedgerError, RunLock, code_identity, resume_ledger
 from benchmarks import runner
-from benchmarks.records import read_jsonl
+from benchmarks.records import no_records, read_jsonl
 from benchmarks.run import main
 from cory_env.data.tokenizer import task_tokenizer
 
@@ -126,6 +126,7 @@ def test_records_read_from_a_gzipped_copy_equal_the_plain_file(tmp_path):
     packed.parent.mkdir()
     packed.with_name("metrics.jsonl.gz").write_bytes(gzip.compress(plain.read_bytes()))
     assert len(records) == 3 and read_jsonl(packed) == records
+    assert no_records(packed.parent) is None  # a folder of gzipped records is a run folder
     packed.write_text(lines[0] + "\n")  # the plain file, where both are, is the one read
     assert read_jsonl(packed) == records[:1]
 
