@@ -19,11 +19,11 @@ import json
 import os
 from pathlib import Path
 
-from agents.training.runlog import FolderBusy, RunLock, jsonl_text, packed_only, read_jsonl
+from agents.training.runlog import FolderBusy, RunLock, jsonl_text, read_jsonl
 from cory_common import cli
 from cory_common.files import atomic_write
 
-from .records import FORMAT, no_records
+from .records import FORMAT, gzipped_records, no_records
 
 RECORD_FIELDS = {4: {"beta": "kl_coef", "eta": "report_kl_coef", "sweep_eta": "swept_kl_coef"}}
 SETTINGS = {4: {("eta_sweep",): ("kl_coef_sweep",), ("train", "eta"): ("train", "report_kl_coef"),
@@ -60,9 +60,8 @@ def migrate(folder: str | os.PathLike) -> str:
     if version not in RECORD_FIELDS:
         raise ValueError(f"{folder} is run-folder format {version}; this version rewrites "
                          f"format {sorted(RECORD_FIELDS)} only")
-    for name in ("metrics.jsonl", "alone.jsonl"):
-        if packed := packed_only(folder / name):
-            raise ValueError(f"{packed} is gzipped; run `gunzip {packed}` first")
+    if why := gzipped_records(folder):
+        raise ValueError(why)
     names = RECORD_FIELDS[version]
     files = {config_path: json.dumps(migrated_config(config, version), indent=2)}
     for name in ("metrics.jsonl", "alone.jsonl"):

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from agents.training.runlog import read_jsonl
+from agents.training.runlog import packed_only, read_jsonl
 from cory_env import is_exact_match
 
 from .stats import smooth
@@ -43,6 +43,15 @@ def check_format(config: dict, where) -> None:
     if found != FORMAT:
         raise ValueError(f"{where} is run-folder format {found}, this version reads format "
                          f"{FORMAT} only: rerun it, or read it with the version that wrote it")
+
+
+def gzipped_records(folder: str | os.PathLike) -> str | None:
+    """Why a folder's records cannot be appended to or rewritten (metrics.jsonl or alone.jsonl
+    kept only gzipped), or None."""
+    for name in ("metrics.jsonl", "alone.jsonl"):
+        if packed := packed_only(Path(folder) / name):
+            return f"{packed} is gzipped; run `gunzip {packed}` first"
+    return None
 
 
 def no_records(folder: str | os.PathLike) -> str | None:

@@ -28,7 +28,6 @@ from agents.training.runlog import (
     append_jsonl,
     changed_code,
     code_identity,
-    packed_only,
     read_jsonl,
     resume_ledger,
 )
@@ -48,7 +47,7 @@ from .config import (
 )
 from .engines import Execution, make_engine
 from .progress import Progress
-from .records import FORMAT, check_format
+from .records import FORMAT, check_format, gzipped_records
 from .study import canonical_order, run_study
 from .transfer import measure_transfer
 from .transfer_read import budget_differences, saved_transfer, training_budget, transfer_file
@@ -117,10 +116,8 @@ class RunFolder:
         """The settings the folder's run was started with."""
         if not self.config.exists():
             raise ValueError(f"--resume: {self.config} not found; nothing to resume")
-        for records in (self.metrics, self.evals):
-            if packed := packed_only(records):
-                raise ValueError(f"--resume: {packed} is gzipped; run `gunzip {packed}` first "
-                                 f"(a resume would start a new {records.name} that hides it)")
+        if why := gzipped_records(self.path):
+            raise ValueError(f"--resume: {why} (a resume would start a new file that hides it)")
         saved = json.loads(self.config.read_text())
         saved.pop("code", None)
         check_format(saved, f"--resume: {self.config}")

@@ -67,12 +67,6 @@ class Arm:
     task: str = "reviews"
     iterations: int | None = None  # read only the alone points at or before this iteration
 
-    def __post_init__(self):
-        if self.iterations is not None and not (isinstance(self.iterations, int)
-                                                and self.iterations > 0):
-            raise ValueError(f"arm {self.method!r}: iterations must be a whole number > 0, got "
-                             f"{self.iterations!r}")
-
     def unknown(self) -> str | None:
         """Why the arm's method or task is neither registered nor in its folder's run_config.json
         (a plug-in's name), or None: a misspelt name would otherwise read as "not run"."""
@@ -125,6 +119,11 @@ class Hypothesis:
         if not (isinstance(self.seeds, int) and self.seeds >= 2):
             raise ValueError(f"hypothesis {self.id}: seeds must be a whole number >= 2 (an "
                              f"interval needs two), got {self.seeds!r}")
+        for arm in (self.a, self.b):
+            if arm.iterations is not None and not (isinstance(arm.iterations, int)
+                                                   and arm.iterations > 0):
+                raise ValueError(f"hypothesis {self.id}: arm {arm.method!r}: iterations must be "
+                                 f"a whole number > 0, got {arm.iterations!r}")
 
 
 @dataclass
@@ -149,15 +148,12 @@ class Plan:
             try:
                 a, b = Arm(**h.pop("a")), Arm(**h.pop("b"))
                 h["factor_budgets"] = tuple(h.get("factor_budgets", ()))
+                hyps.append(Hypothesis(a=a, b=b, **h))
             except KeyError as err:
                 raise ValueError(f"{where}: missing {err}") from None
-            except (TypeError, ValueError) as err:
-                raise ValueError(f"{where}: {err}") from None
-            try:
-                hyps.append(Hypothesis(a=a, b=b, **h))
             except TypeError as err:
                 raise ValueError(f"{where}: {err}") from None
-            except ValueError as err:  # its message names the hypothesis
+            except ValueError as err:  # Hypothesis's own message names it
                 raise ValueError(f"{path}: {err}") from None
             for arm in (a, b):
                 if why := arm.unknown():
