@@ -45,6 +45,29 @@ def check_format(config: dict, where) -> None:
                          f"{FORMAT} only: rerun it, or read it with the version that wrote it")
 
 
+def read_json(path: Path) -> dict:
+    """A folder's JSON object file ({} where it is missing); a ValueError naming a broken one."""
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not valid JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} holds a {type(data).__name__}, not a JSON object")
+    return data
+
+
+def check_records(records: list[dict], path: Path, keys: tuple[str, ...]) -> None:
+    """A ValueError naming the first record of a records file that lacks a run record's keys."""
+    for number, record in enumerate(records, 1):
+        if missing := [k for k in keys if k not in record]:
+            shown = json.dumps(record)
+            shown = shown if len(shown) <= 120 else shown[:117] + "..."
+            raise ValueError(f"{path}: record {number} is not a run record, it lacks "
+                             f"{', '.join(missing)}: {shown}")
+
+
 def gzipped_records(folder: str | os.PathLike) -> str | None:
     """Why a folder's records cannot be appended to or rewritten (metrics.jsonl or alone.jsonl
     kept only gzipped), or None."""
@@ -212,13 +235,14 @@ class RunData:
     def load(cls, folder: str | os.PathLike) -> RunData:
         """Read metrics.jsonl, alone.jsonl, run_config.json and mechanism.json of a folder."""
         folder = Path(folder)
-        read = lambda name: json.loads((folder / name).read_text()) \
-            if (folder / name).exists() else {}  # noqa: E731
-        config = read("run_config.json")
+        config = read_json(folder / "run_config.json")
         if config:
             check_format(config, folder / "run_config.json")
-        return cls(read_jsonl(folder / "metrics.jsonl"), read_jsonl(folder / "alone.jsonl"),
-                   config, mechanism=read("mechanism.json"))
+        rows, evals = read_jsonl(folder / "metrics.jsonl"), read_jsonl(folder / "alone.jsonl")
+        check_records(rows, folder / "metrics.jsonl", ("task", "method", "seed", "iteration"))
+        check_records(evals, folder / "alone.jsonl", ("task", "method", "seed", "iteration",
+                                                      "model"))
+        return cls(rows, evals, config, mechanism=read_json(folder / "mechanism.json"))
 
     def exact_match(self, task: str) -> bool:
         """Whether the task's reward is exact-match (registered so, or pass@k recorded)."""

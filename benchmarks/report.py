@@ -9,7 +9,6 @@ testable on synthetic numbers, and usable on its own:
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import MISSING
 from pathlib import Path
@@ -346,10 +345,8 @@ def write_report(folder: str | os.PathLike) -> Path:
     folder = Path(folder)
     data = RunData.load(folder)
     plots = write_plots(data, folder / "plots") if data.rows else {}
-    mech = folder / "mechanism.json"
-    preamble = mechanism_lines(json.loads(mech.read_text())) if mech.exists() else []
     path = folder / "report.md"
-    atomic_write(path, render(data, plots, preamble))
+    atomic_write(path, render(data, plots, mechanism_lines(data.mechanism)))
     return path
 
 
@@ -361,7 +358,10 @@ def main(argv: list[str] | None = None) -> None:
     folder = Path(parser.parse_args(argv).run_dir)
     if why := no_records(folder):
         parser.error(f"run_dir {why}")
-    print(write_report(folder))
+    try:
+        print(write_report(folder))
+    except ValueError as err:
+        raise SystemExit(f"python -m benchmarks.report: {err}") from None
 
 
 if __name__ == "__main__":

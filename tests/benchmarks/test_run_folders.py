@@ -131,6 +131,35 @@ def test_records_read_from_a_gzipped_copy_equal_the_plain_file(tmp_path):
     assert read_jsonl(packed) == records[:1]
 
 
+BROKEN = {  # file -> (what it is replaced by or gets appended, what the error must name)
+    "metrics.jsonl": ('{"a": 1}\n', r"metrics.jsonl: record 1 is not a run record, it lacks "
+                                     r"task, method, seed, iteration: \{\"a\": 1\}"),
+    "alone.jsonl": (None, r"alone.jsonl: record \d+ is not a run record, it lacks model"),
+    "run_config.json": ("[1, 2", r"run_config.json is not valid JSON"),
+    "mechanism.json": ("[]", r"mechanism.json holds a list, not a JSON object"),
+}
+
+
+@pytest.mark.parametrize("name", BROKEN)
+def test_report_names_a_broken_file_of_its_folder_and_writes_nothing(tmp_path, name):
+    """`benchmarks.report` on a folder with a file that is not what a run writes: an error
+    naming the file and what is wrong with it, and the folder left byte for byte."""
+    from benchmarks import report
+
+    folder = tmp_path / "tiny"
+    shutil.copytree(Path(ROOT) / "docs/fidelity/tiny", folder)
+    text, message = BROKEN[name]
+    if text is None:  # an alone record without its model
+        record = json.loads((folder / name).read_text().splitlines()[-1])
+        del record["model"]
+        text = (folder / name).read_text() + json.dumps(record) + "\n"
+    (folder / name).write_text(text)
+    before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    with pytest.raises(SystemExit, match=message):
+        report.main([str(folder)])
+    assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
+
+
 def test_a_resume_into_gzipped_records_is_refused_by_name_and_changes_nothing(partial,
                                                                              tmp_path, capsys):
     run = copy(partial, tmp_path)
