@@ -47,7 +47,7 @@ from .config import (
 )
 from .engines import Execution, make_engine
 from .progress import Progress
-from .records import FORMAT, check_format, gzipped_records
+from .records import FORMAT, check_format, gzipped_records, read_json
 from .study import canonical_order, run_study
 from .transfer import measure_transfer
 from .transfer_read import budget_differences, saved_transfer, training_budget, transfer_file
@@ -103,7 +103,7 @@ class RunFolder:
     def check_code(self, cfg: BenchConfig, allow_changed: bool) -> None:
         """Refuse a resume whose --import files changed since the run started (unless
         allowed, then log it)."""
-        saved = json.loads(self.config.read_text()).get("code") or {}
+        saved = read_json(self.config).get("code") or {}
         changed = changed_code(saved, code_identity(cfg.imports))
         if changed and not allow_changed:
             raise ValueError("--resume: " + "; ".join(changed) + ". Resuming would mix two "
@@ -118,7 +118,7 @@ class RunFolder:
             raise ValueError(f"--resume: {self.config} not found; nothing to resume")
         if why := gzipped_records(self.path):
             raise ValueError(f"--resume: {why} (a resume would start a new file that hides it)")
-        saved = json.loads(self.config.read_text())
+        saved = read_json(self.config)
         saved.pop("code", None)
         check_format(saved, f"--resume: {self.config}")
         saved.pop("format")
