@@ -351,3 +351,15 @@ def test_the_check_command_exits_nonzero_on_a_broken_summary(tmp_path, capsys):
     with pytest.raises(SystemExit) as bad:
         main([str(path), "--check", str(doc)])
     assert bad.value.code == 1 and "cites no row" in capsys.readouterr().out
+
+
+def test_a_quoted_holm_p_must_be_the_tables(tmp_path):
+    run = folder(tmp_path / "run")
+    rows = evaluate(Plan.load(plan_file(tmp_path, run)))
+    rows[0].p_holm = 0.0178  # D
+    for quoted, ok in [("0.018", True), ("0.0178", True), ("0.02", True), ("0.052", False),
+                       ("0.017", False)]:
+        doc = SUMMARY_DOC.format(body=f"- CORY trails PPO (Holm p {quoted}) [D].")
+        problems = check_summary(doc, rows, 0.05)
+        assert (problems == []) is ok, (quoted, problems)
+        assert ok or f"quotes Holm p {quoted}, the table's is 0.0178" in problems[0]
