@@ -36,6 +36,7 @@ import re
 import sys
 from collections.abc import Set
 from dataclasses import dataclass, field, replace
+from decimal import Decimal
 from pathlib import Path
 
 import tomllib
@@ -52,7 +53,8 @@ from .records import RunData
 SUMMARY = "What the evidence supports"
 SAMENESS = re.compile(r"\b(same|equal|equals|equivalent|unchanged|identical|alike|no different)\b",
                       re.IGNORECASE)
-HOLM_P = re.compile(r"Holm p (\d+(?:\.(\d+))?)")  # a quoted adjusted p: "Holm p 0.051"
+NUMBER = r"\d+(?:\.\d+)?(?:e-?\d+)?"
+HOLM_P = re.compile(rf"Holm p ({NUMBER}(?: and {NUMBER})*)")  # "Holm p 0.051", "… 2e-6 and 1"
 CITATION = re.compile(r"\[([A-Za-z][\w-]*(?:,\s*[A-Za-z][\w-]*)*)\](?!\()")  # [S1, F2a]
 QUANTITIES = ("alone_gain", "final_gain")
 TESTS = ("difference", "superiority", "equivalence")
@@ -341,7 +343,7 @@ def check_summary(text: str, rows: list[Row], alpha: float, title: str = SUMMARY
     """What breaks the rules of a summary in `text` (under the heading `title`): every sentence
     cites rows of the table ([S1], [F2a, F2b]); a cited row has all its seeds; "same" and its
     kin only where a cited row shows equivalence; an undecided or not-shown row is said so; a
-    quoted Holm p of the one row a sentence cites is the table's, to the digits quoted."""
+    quoted Holm p is a cited row's in the table, to the digits quoted."""
     by_id = {r.hypothesis.id: r for r in rows}
     items = _section(text, title)
     if not items:
@@ -368,11 +370,13 @@ def check_summary(text: str, rows: list[Row], alpha: float, title: str = SUMMARY
                 elif v.startswith("not shown") and "not shown" not in sentence:
                     problems.append(f"{where} cites {i} without saying equivalence is not "
                                     f"shown")
-            quotes = HOLM_P.findall(sentence) if len(ids) == 1 else []
-            for value, decimals in quotes:  # the table's p to the digits quoted
-                table = by_id[ids[0]].p_holm
-                if abs(float(value) - table) > 0.51 * 10.0 ** -len(decimals):
-                    problems.append(f"{where} quotes Holm p {value}, the table's is {table:.3g}")
+            values = [v for q in HOLM_P.findall(sentence) for v in q.split(" and ")]
+            for value in values:  # a cited row's adjusted p, to the last digit quoted
+                tables = [by_id[i].p_holm for i in ids]
+                unit = 10.0 ** Decimal(value).as_tuple().exponent
+                if all(abs(float(value) - t) > 0.51 * unit for t in tables):
+                    said = ", ".join(f"{i}'s {t:.3g}" for i, t in zip(ids, tables))
+                    problems.append(f"{where} quotes Holm p {value}; the table has {said}")
             same = SAMENESS.search(sentence)
             if same and not any(v.startswith("equivalent") for v in verdicts.values()):
                 problems.append(f"{where} says {same[0]!r} but no row it cites shows "

@@ -358,8 +358,21 @@ def test_a_quoted_holm_p_must_be_the_tables(tmp_path):
     rows = evaluate(Plan.load(plan_file(tmp_path, run)))
     rows[0].p_holm = 0.0178  # D
     for quoted, ok in [("0.018", True), ("0.0178", True), ("0.02", True), ("0.052", False),
-                       ("0.017", False)]:
+                       ("0.017", False), ("2e-2", True), ("1.8e-2", True), ("1", False),
+                       ("3e-2", False)]:
         doc = SUMMARY_DOC.format(body=f"- CORY trails PPO (Holm p {quoted}) [D].")
         problems = check_summary(doc, rows, 0.05)
         assert (problems == []) is ok, (quoted, problems)
-        assert ok or f"quotes Holm p {quoted}, the table's is 0.0178" in problems[0]
+        assert ok or f"quotes Holm p {quoted}; the table has D's 0.0178" in problems[0]
+
+
+def test_a_holm_p_in_a_sentence_citing_several_rows_must_be_one_of_theirs(tmp_path):
+    run = folder(tmp_path / "run")
+    rows = evaluate(Plan.load(plan_file(tmp_path, run)))
+    rows[0].p_holm, rows[1].p_holm = 0.0178, 0.34  # D, E
+    for quoted, ok in [("0.018 and 0.34", True), ("0.34", True), ("0.018 and 0.5", False),
+                       ("0.05", False)]:
+        doc = SUMMARY_DOC.format(body=f"- Both rows (Holm p {quoted}) [D, E].")
+        problems = [p for p in check_summary(doc, rows, 0.05) if "quotes Holm p" in p]
+        assert (problems == []) is ok, (quoted, problems)
+        assert ok or "the table has D's 0.0178, E's 0.34" in problems[0]
