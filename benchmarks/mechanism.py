@@ -72,17 +72,17 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
                              "offline LM)")
     parser.add_argument("--budget", default=None, choices=sorted(BUDGETS),
                         help="the offline LM's training preset, when --measure builds it")
-    parser.add_argument("--checkpoint", default=None, metavar="PATHS",
-                        help="comma list of a learner's checkpoints (one per seed): measure "
-                             "the knowledge-transfer split of their trained observer")
-    parser.add_argument("--ppo-checkpoints", default=None, metavar="PATHS",
-                        help="with --measure: comma list of finished PPO runs' checkpoints, "
-                             "one per seed, measured instead of training PPO here")
-    parser.add_argument("--observer-only-checkpoints", default=None, metavar="PATHS",
+    parser.add_argument("--checkpoint", default=None, metavar="PATHS", nargs="+",
+                        help="a learner's checkpoints, one per seed (commas or spaces): "
+                             "measure the knowledge-transfer split of their trained observer")
+    parser.add_argument("--ppo-checkpoints", default=None, metavar="PATHS", nargs="+",
+                        help="with --measure: finished PPO runs' checkpoints, one per seed "
+                             "(commas or spaces), measured instead of training PPO here")
+    parser.add_argument("--observer-only-checkpoints", default=None, metavar="PATHS", nargs="+",
                         help="with --measure: the same seeds' finished cory-no-re checkpoints")
-    parser.add_argument("--merge", default=None, metavar="PATHS",
-                        help="comma list of --measure results of one budget on disjoint "
-                             "seeds: write them as one measurement to --out")
+    parser.add_argument("--merge", default=None, metavar="PATHS", nargs="+",
+                        help="--measure results of one budget on disjoint seeds (commas or "
+                             "spaces): write them as one measurement to --out")
     parser.add_argument("--observer", default="llm_1", help="--checkpoint's observer agent")
     parser.add_argument("--pioneer", default="llm_0", help="--checkpoint's pioneer agent")
     paths = add_train_options(parser, skip=("task", "method", "seed"))
@@ -164,12 +164,13 @@ def _measure(parser, args, paths: dict) -> int:
     return 0
 
 
-def _files(parser, option: str, value: str | None) -> list[str]:
-    """A comma list of existing files, or a parser error naming the option and what is missing."""
-    files = [p.strip() for p in (value or "").split(",") if p.strip()]
+def _files(parser, option: str, value: list[str] | None) -> list[str]:
+    """Existing files, given comma- or space-separated, or a parser error naming the option and
+    what is missing."""
+    files = [p.strip() for v in value or [] for p in v.split(",") if p.strip()]
     missing = [p for p in files if not Path(p).is_file()]
     if not files or missing:
-        parser.error(f"{option} needs a comma list of existing files: missing "
+        parser.error(f"{option} needs a list of existing files: missing "
                      f"{missing or 'all (none given)'}")
     return files
 

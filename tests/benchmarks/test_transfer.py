@@ -244,6 +244,10 @@ def _merged_seeds_equal_one_measurement(paths: dict, whole: dict, tmp_path) -> N
                 "verdict", "queries", "task"):
         assert json.dumps(merged[key]) == json.dumps(whole[key]), key  # NaN: compare as text
     assert merged["merged_from"] == [parts[1], parts[0]] and merged["file"] == str(out)
+    spaced = tmp_path / "spaced.json"  # a space-separated list is the same list
+    assert main(["--merge", parts[1], parts[0], "--out", str(spaced)]) == 0
+    same = {**json.loads(spaced.read_text()), "file": str(out)}
+    assert json.dumps(same) == json.dumps(merged)  # NaN != NaN: compare as text
     one = json.loads((tmp_path / "t0.json").read_text())
     with pytest.raises(ValueError, match="seed 0 is in both a and b"):
         rd.merge_transfers([one, one], ["a", "b"])
