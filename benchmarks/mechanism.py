@@ -165,8 +165,7 @@ def _measure(parser, args, paths: dict) -> int:
 
 
 def _files(parser, option: str, value: list[str] | None) -> list[str]:
-    """Existing files, given comma- or space-separated, or a parser error naming the option and
-    what is missing."""
+    """Existing files (commas or spaces between them), or a parser error naming the missing."""
     files = [p.strip() for v in value or [] for p in v.split(",") if p.strip()]
     missing = [p for p in files if not Path(p).is_file()]
     if not files or missing:
