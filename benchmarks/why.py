@@ -371,8 +371,8 @@ def check_summary(text: str, rows: list[Row], alpha: float, title: str = SUMMARY
                     problems.append(f"{where} cites {i} without saying equivalence is not "
                                     f"shown")
             values = [v for q in HOLM_P.findall(sentence) for v in q.split(" and ")]
+            tables = [by_id[i].p_holm for i in ids]
             for value in values:  # a cited row's adjusted p, to the last digit quoted
-                tables = [by_id[i].p_holm for i in ids]
                 unit = 10.0 ** Decimal(value).as_tuple().exponent
                 if all(abs(float(value) - t) > 0.51 * unit for t in tables):
                     said = ", ".join(f"{i}'s {t:.3g}" for i, t in zip(ids, tables))
