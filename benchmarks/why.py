@@ -17,7 +17,8 @@ seeds or machine), the test and its margin:
 Holm's correction runs over the whole family: a hypothesis with fewer seeds than planned
 (no records yet, or runs still going) counts with p = 1, so the family never shrinks, and its
 row shows the estimate so far but no test: no verdict is read before the plan's seeds are in.
-An undecided row says the largest effect its interval still allows. A contrast whose arms
+An undecided row says the largest effect its interval still allows (a one-sided row: in
+its direction, or that the whole interval lies against it). A contrast whose arms
 differ in a budget that is not its factor (`benchmarks.budgets`; `factor_budgets` lists the
 ones it varies), or whose records were made by different code or draws (each record's
 `commit` and `draws`), is flagged in bold. `--check DOC` holds a document's summary (the
@@ -251,6 +252,11 @@ class Row:
                     "equivalence": f"equivalent within ±{h.margin:g}"}[h.test]
         if h.test == "equivalence":
             return f"not shown equivalent (the interval reaches {hides:.2f})"
+        if h.test == "superiority":  # only the claimed direction's side of the interval
+            hides = self.high if h.direction == "greater" else -self.low
+            if hides <= 0:
+                side = "below" if h.direction == "greater" else "above"
+                return f"undecided (the whole interval lies {side} 0, against the hypothesis)"
         return f"undecided (could hide an effect of up to {hides:.2f})"
 
 

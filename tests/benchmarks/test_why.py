@@ -231,6 +231,33 @@ def test_the_published_summary_rests_on_complete_rows_and_says_their_verdicts(pu
     assert check_summary(text, rows, plan.alpha) == []
 
 
+AGAINST = "undecided (the whole interval lies {} 0, against the hypothesis)"
+
+
+@pytest.mark.parametrize("a, b, direction, verdict", [
+    ("cory", "ppo", "greater", AGAINST.format("below")),
+    ("ppo", "cory", "less", AGAINST.format("above")),
+    ("cory-no-re", "cory", "greater", "undecided (could hide an effect of up to {high:.2f})"),
+    ("cory", "cory-no-re", "less", "undecided (could hide an effect of up to {low:.2f})"),
+    ("ppo", "cory", "greater", "supported"),
+])
+def test_a_one_sided_row_reads_only_its_directions_side_of_the_interval(
+        tmp_path, a, b, direction, verdict):
+    run = folder(tmp_path / "run")
+    path = plan_file(tmp_path, run, extra=f'''[[hypothesis]]
+id = "S"
+claim = "one-sided"
+a = {{ folder = "{run}", method = "{a}" }}
+b = {{ folder = "{run}", method = "{b}" }}
+test = "superiority"
+direction = "{direction}"
+seeds = 4''')
+    row = evaluate(Plan.load(path))[-1]
+    p = stats.ttest_rel(GAINS[a], GAINS[b], alternative=direction).pvalue
+    assert row.p == pytest.approx(p)
+    assert row.verdict(0.05) == verdict.format(high=row.high, low=-row.low)
+
+
 def test_a_welch_contrast_is_scipys_welch_test(tmp_path):
     from benchmarks.intervals import welch_interval
 
