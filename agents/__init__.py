@@ -15,5 +15,3 @@ cory_env; `tests/test_architecture.py` checks it):
 - `agents.interop`: other libraries' interfaces (Tianshou).
 - `agents.play`: watch a model play the env (`python -m agents.play`).
 """
-
-import cory_common.threads  # noqa: F401  (first: torch's threads wait passively)

@@ -25,7 +25,7 @@ from cory_common.checks import meta
 from cory_common.cli import add_import_option
 from cory_common.plugins import load_plugins
 from cory_common.pretrained import PRETRAINED, check_model, model_source, resolve_model
-from cory_common.threads import thread_setting
+from cory_common.threads import configure
 from cory_env import BatchedCoryEnv, make_task, registered_tasks
 from cory_env.tasks.base import unknown_task
 
@@ -126,9 +126,7 @@ def main(argv=None) -> int:
         args.validate()
     except (TypeError, ValueError) as err:
         p.error(str(err))
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    print(f"[{thread_setting()}]")
+    print(f"[{configure(args.threads, restart=__name__ == '__main__')}]")
     if args.alone:
         r = alone_score(args.model, args.task, args.alone, args.samples, args.max_new_tokens,
                         args.seed, **args.task_options)

@@ -33,8 +33,6 @@ model alone on the test split), `records` (a run's numbers), `intervals` and `st
 `merge` (run folders made elsewhere, as one) and `migrate` (an older folder's names, once).
 """
 
-import cory_common.threads  # noqa: F401  (first: torch's threads wait passively)
-
 from .config import (
     PAPER_KL_COEFS,
     BenchConfig,

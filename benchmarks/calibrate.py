@@ -28,6 +28,7 @@ import numpy as np
 from agents.learners.base import ablation_methods
 from cory_common import cli
 from cory_common.files import atomic_write
+from cory_common.threads import configure
 
 from . import claims as cl
 from .evidence import MEANINGFUL, gather
@@ -227,6 +228,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--write", default="", help="also write one replicate's folder per world here")
     p.add_argument("--json", default="", help="also write the rates as JSON here")
     a = p.parse_args(argv)
+    configure(restart=__name__ == "__main__")
     try:
         counts = [int(s) for s in a.seeds.split(",")]
     except ValueError:

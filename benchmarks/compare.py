@@ -18,6 +18,7 @@ import numpy as np
 
 from agents.training.runlog import read_jsonl
 from cory_common import cli
+from cory_common.threads import configure
 
 from .intervals import mean_interval
 from .records import RunData, curves, final_value, no_records, select
@@ -106,6 +107,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--same", action="store_true",
                    help="check that two folders hold the same records (exit 1 if not)")
     args = p.parse_args(argv)
+    configure()
     for folder in args.folders:
         if why := no_records(folder):
             p.error(why)

@@ -27,6 +27,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
 from cory_common.checks import check_int, meta
+from cory_common.threads import configure
 
 from .worker import Job, train_run
 
@@ -47,7 +48,10 @@ class Execution:
 
     def check(self, threads: int, wandb: str | None = None) -> Execution:
         """Refuse bad settings by name before anything runs or is written; warn when the
-        workers ask for more threads than the machine has cores."""
+        workers ask for more threads than the machine has cores. Checked once per setting: the
+        command line checks before anything loads, and run_benchmark does not check again."""
+        if self.__dict__.get("_checked") == (threads, wandb):
+            return self
         check_int("workers", self.workers, 1)
         if self.storage is not None and self.ray is None:
             raise ValueError("--storage is for --ray: on one machine the run folder is shared")
@@ -62,6 +66,7 @@ class Execution:
             warnings.warn(f"--workers {self.workers} x --threads {max(threads, 1)} = "
                           f"{self.workers * max(threads, 1)} threads on {cores} cores: runs will "
                           f"wait for each other's cores", RuntimeWarning, stacklevel=2)
+        self.__dict__["_checked"] = (threads, wandb)
         return self
 
 
@@ -112,12 +117,21 @@ class InProcess:
     capacity = 1
     ckpt_dir: str | None = None  # set by the coordinator: the run folder's ckpt/
 
-    def __init__(self):
-        self.events: list[tuple] = []
+    def __init__(self, threads: int = 0):
+        self.threads = threads
 
     def submit(self, job: Job, on_message) -> None:
-        """Run the job now, its messages straight to on_message."""
-        run_and_end(job, on_message)
+        """Run the job now at the study's threads, its messages straight to on_message (the
+        caller's thread count is given back after)."""
+        import torch
+
+        before = torch.get_num_threads()
+        try:
+            if self.threads:
+                torch.set_num_threads(self.threads)
+            run_and_end(job, on_message)
+        finally:
+            torch.set_num_threads(before)
 
     def wait(self, timeout: float) -> list[tuple]:
         """Nothing is left waiting: every run ran in submit."""
@@ -143,10 +157,7 @@ def _init_worker(messages, threads: int) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, daemon=True).start()
-    if threads:
-        import torch
-
-        torch.set_num_threads(threads)
+    configure(threads)
 
 
 def _pool_task(job: Job) -> None:
@@ -261,11 +272,7 @@ def _ray_task(job: Job, messages) -> None:
     import ray
 
     node = ray.get_runtime_context().get_node_id()
-    threads = job.cfg.threads
-    if threads:
-        import torch
-
-        torch.set_num_threads(threads)
+    configure(job.cfg.threads)
     run_and_end(job, messages.put, f"node {node}")
 
 
@@ -279,4 +286,4 @@ def make_engine(execution: Execution, threads: int = 1, gpus: float = 0.0):
             raise ValueError(f"--ray {execution.ray}: {err}") from None
     if execution.workers > 1:
         return LocalPool(execution.workers, threads)
-    return InProcess()
+    return InProcess(threads)

@@ -34,6 +34,7 @@ from agents.refmodels import BUDGETS, reference_lm, resolve_budget
 from agents.training.config import add_train_options, train_config_from
 from cory_common import cli
 from cory_common.files import atomic_write
+from cory_common.threads import configure
 from cory_env import offline_model
 from cory_env.data.tokenizer import TASKS
 
@@ -45,6 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Measure a model's knowledge and cross-role transfer, or trained observers' split."""
     parser, paths = _parser()
     args = parser.parse_args(argv)
+    configure(restart=__name__ == "__main__")
     if args.merge:
         return _merge(parser, args)
     if args.checkpoint:

@@ -26,6 +26,7 @@ from pathlib import Path
 from agents.training.runlog import FolderBusy, RunLock, read_jsonl
 from cory_common import cli
 from cory_common.files import atomic_write, remove_dir
+from cory_common.threads import configure
 
 from .config import GROWABLE, from_saved
 from .records import check_format
@@ -186,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--allow-changed-code", action="store_true",
                         help="merge folders whose --import files differ (logged)")
     args = parser.parse_args(argv)
+    configure()
     try:
         where = merge(args.out, args.folders, args.allow_changed_code)
     except (ValueError, FolderBusy) as err:

@@ -22,6 +22,7 @@ from pathlib import Path
 from agents.training.runlog import FolderBusy, RunLock, jsonl_text, read_jsonl
 from cory_common import cli
 from cory_common.files import atomic_write
+from cory_common.threads import configure
 
 from .records import FORMAT, gzipped_records, no_records
 
@@ -83,6 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = cli.Parser("python -m benchmarks.migrate", description=__doc__)
     parser.add_argument("folders", nargs="+", help="run folders written by an earlier version")
     args = parser.parse_args(argv)
+    configure()
     for folder in args.folders:
         try:
             if not Path(folder).is_dir():

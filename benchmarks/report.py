@@ -17,6 +17,7 @@ import numpy as np
 
 from cory_common import cli
 from cory_common.files import atomic_write
+from cory_common.threads import configure
 
 from .budgets import budget_table
 from .claims import CONTRADICTED, INCONCLUSIVE, SUPPORTED, all_claims
@@ -358,6 +359,7 @@ def main(argv: list[str] | None = None) -> None:
     folder = Path(parser.parse_args(argv).run_dir)
     if why := no_records(folder):
         parser.error(f"run_dir {why}")
+    configure()
     try:
         print(write_report(folder))
     except ValueError as err:

@@ -41,6 +41,7 @@ from benchmarks.config import (
 from benchmarks.engines import Execution
 from benchmarks.runner import RunFolder, StudyFailed, run_benchmark
 from cory_common import cli
+from cory_common.threads import configure
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -106,6 +107,7 @@ def main(argv: list[str] | None = None) -> Path:
         execution = execution_from(args).check(cfg.threads, cfg.wandb)
     except ValueError as err:
         parser.error(cli.in_flags(str(err), BenchConfig))
+    configure(restart=__name__ == "__main__")  # the runs' threads are set where they run
     if getattr(args, "plan", False):
         print(plan(cfg, out, resume))
         return out

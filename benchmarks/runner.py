@@ -19,8 +19,6 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
 from agents.refmodels import reference_lm
 from agents.training.config import TrainConfig
 from agents.training.runlog import (
@@ -285,11 +283,8 @@ def run_benchmark(cfg: BenchConfig, out: str | os.PathLike, resume: bool = False
     folder = RunFolder(out)
     existed = folder.path.exists()
     before = set(folder.path.iterdir()) if existed else set()
-    threads = torch.get_num_threads()
     lock = RunLock(folder.path).acquire()
     try:
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
         return _run_all(cfg, folder, resume, progress, stop_after, allow_changed_code, execution)
     except BaseException:
         if not resume and not folder.metrics.exists():  # a failed start: undo it
@@ -301,7 +296,6 @@ def run_benchmark(cfg: BenchConfig, out: str | os.PathLike, resume: bool = False
         raise
     finally:
         lock.release()
-        torch.set_num_threads(threads)
 
 
 def _run_all(cfg: BenchConfig, folder: RunFolder, resume: bool, progress: bool,
@@ -329,7 +323,7 @@ def _run_all(cfg: BenchConfig, folder: RunFolder, resume: bool, progress: bool,
         engine.ckpt_dir = str(folder.path / "ckpt")
         (folder.path / "ckpt").mkdir(parents=True, exist_ok=True)
     folder.log(f"{'resuming' if resume else 'starting'} {len(specs)} runs ({len(todo)} to run"
-               f"{_where(execution, cfg.threads)}; {thread_setting()})")
+               f"{_where(execution, cfg.threads)}; {thread_setting(cfg.threads)})")
     if cfg.kl_coef_sweep:  # the grid every task runs, as recorded in run_config.json
         grid = ", ".join(f"{c:g}" for c in cfg.kl_coef_sweep)
         folder.log(f"KL-coefficient sweep: {grid} (fixed, on every task)")

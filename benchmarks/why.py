@@ -45,6 +45,7 @@ import tomllib
 from agents.learners.base import registered_methods, resolve_method
 from cory_common import cli
 from cory_common.files import atomic_write
+from cory_common.threads import configure
 from cory_env import registered_tasks
 
 from .budgets import arm_budget, differing
@@ -441,6 +442,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--check", metavar="DOC", help="check the summary of this markdown file "
                    f"(the section {SUMMARY!r}) against the table: every sentence cites its rows")
     args = p.parse_args(argv)
+    configure()
     try:
         plan = Plan.load(args.plan)
     except (OSError, ValueError) as err:

@@ -114,8 +114,6 @@ def train_run(job: Job, emit: Emit) -> bool:
     True once finished (a "done" message sent), False when stopped by job.stop_after."""
     cfg, spec = job.cfg, job.spec
     load_plugins(cfg.imports)  # a fresh worker knows only the built-in learners and tasks
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
     trainer = Trainer(train_config(cfg, spec))
     paths = {getattr(p, "decode_path", None) for p in trainer.learner.policies.values()} - {None}
     if paths:

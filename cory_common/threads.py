@@ -1,24 +1,34 @@
-"""How torch's CPU threads wait for work, chosen before torch starts its thread pool: from how
-many cores other work keeps busy right now.
+"""A process's torch threads: how many, and how a waiting thread waits. Nothing happens on import.
 
-OpenMP's default lets a waiting thread spin. On an idle machine that is fastest; beside a busy
-core a spinning thread holds a core the thread it waits for needs. One decode step of SmolLM2
-(LoRA r 16, bf16, batch 16) at 2 threads on 2 cores, 2026-12-04: idle 51.8 ms spinning against
-89.7 ms passive; beside one busy core 364 ms spinning against 74.7 ms passive
-(tools/perf/wait_policy.py; docs/performance.md). So when other work holds a core at start,
-the threads wait passively (OMP_WAIT_POLICY=PASSIVE); otherwise OpenMP keeps its own policy.
-Every package of the project imports this module first; a user's own OMP_WAIT_POLICY or
-GOMP_SPINCOUNT is kept, and a study's worker processes keep their coordinator's choice (the
-other workers are not "other work").
+Each entry point calls `configure(threads)` once, first thing: every `python -m` command's
+main, a study's local worker and Ray task, and the reference-model build child. A library user
+may call it too (`from cory_common.threads import configure`), before importing torch if the
+wait policy is to apply to this process.
+
+The rule for the wait policy, one everywhere: OpenMP's default lets a waiting thread spin. On
+an idle machine that is fastest; beside a busy core a spinning thread holds a core the thread
+it waits for needs. One decode step of SmolLM2 (LoRA r 16, bf16, batch 16) at 2 threads on
+2 cores, 2026-12-04: idle 51.8 ms spinning against 89.7 ms passive; beside one busy core
+364 ms spinning against 74.7 ms passive (tools/perf/wait_policy.py; docs/performance.md). So
+when other work holds more than half a core at the choice, threads wait passively
+(OMP_WAIT_POLICY=PASSIVE); otherwise OpenMP keeps its own policy. A user's own
+OMP_WAIT_POLICY or GOMP_SPINCOUNT is kept, and child processes keep their parent's choice (a
+study's other workers are not "other work").
+
+OpenMP reads the policy once, when torch loads. A `python -m` command whose torch loaded
+before the choice starts itself again once with the policy set (`restart=True`); elsewhere
+the returned text says that the policy reaches only child processes.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 POLICY, SPIN = "OMP_WAIT_POLICY", "GOMP_SPINCOUNT"
 BUSY = 0.5  # cores held by other work from which waiting is passive
+CHOSEN = "CORY_WAIT_CHOSEN"  # set once chosen: child processes keep their parent's choice
 
 
 def busy_cores(seconds: float = 0.1) -> float:
@@ -39,33 +49,73 @@ def busy_cores(seconds: float = 0.1) -> float:
     return (1 - idle / max(1, sum(delta))) * (os.cpu_count() or 1)
 
 
-def wait_env(load: float, idle_spin: str | None = None) -> dict[str, str]:
-    """The OpenMP wait settings for `load` busy cores: passive when other work holds a core,
-    else OpenMP's own spinning (bounded to `idle_spin` rounds when given)."""
-    if load > BUSY:
-        return {POLICY: "PASSIVE"}
-    return {SPIN: idle_spin} if idle_spin else {}
+def wait_env(load: float) -> dict[str, str]:
+    """The OpenMP wait settings for `load` busy cores: passive when other work holds more than
+    half a core, else OpenMP's own."""
+    return {POLICY: "PASSIVE"} if load > BUSY else {}
 
 
-CHOSEN = "CORY_WAIT_CHOSEN"  # set once chosen: a study's workers keep their parent's choice
+def wait_choice(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The wait variables a process started now should have: the ones already set (by the
+    user, or by a parent that chose), else the rule's for the load now; CHOSEN marks them."""
+    environ = os.environ if environ is None else environ
+    if POLICY in environ or SPIN in environ or CHOSEN in environ:
+        chosen = {k: environ[k] for k in (POLICY, SPIN) if k in environ}
+    else:
+        chosen = wait_env(busy_cores())
+    return {**chosen, CHOSEN: "1"}
 
 
-def choose_wait_policy() -> str:
-    """Set the wait policy for this process from the load now, unless one is set already (by
-    the user, or by the parent of this worker); return what is in force (OpenMP reads it when
-    torch loads: later changes do nothing)."""
-    if POLICY not in os.environ and SPIN not in os.environ and CHOSEN not in os.environ:
-        os.environ.update(wait_env(busy_cores()))
-    os.environ[CHOSEN] = "1"
-    return os.environ.get(POLICY) or (f"{SPIN}={os.environ[SPIN]}" if SPIN in os.environ
-                                      else "OpenMP's default")
+def _startup_env() -> dict[str, str]:
+    """This process's environment as it started (what OpenMP read if torch loaded early)."""
+    try:
+        with open(f"/proc/{os.getpid()}/environ", "rb") as f:
+            pairs = (p.decode(errors="replace").partition("=") for p in f.read().split(b"\0") if p)
+            return {k: v for k, _, v in pairs}
+    except OSError:  # no /proc: the environment now, so nothing restarts
+        return dict(os.environ)
 
 
-def thread_setting() -> str:
-    """The torch thread count and wait policy, for a run's log line."""
+def policy_in_force() -> str | None:
+    """OMP_WAIT_POLICY as this process's OpenMP reads it: as the process started once torch
+    has loaded, else as it is now."""
+    return (_startup_env() if "torch" in sys.modules else os.environ).get(POLICY)
+
+
+def _in_words(env: dict[str, str]) -> str:
+    """The wait policy of `env`, in words."""
+    return env.get(POLICY) or (f"{SPIN}={env[SPIN]}" if SPIN in env else "OpenMP's default")
+
+
+_LATE: list[str] = []  # the policy configure() chose after torch had loaded, if it did
+
+
+def configure(threads: int | None = None, *, restart: bool = False) -> str:
+    """Set this process's torch threads and wait policy once (the module docstring has the
+    rule); return them in words, for a run's log line."""
+    wanted = wait_choice()
+    os.environ.update(wanted)
+    if "torch" in sys.modules and _startup_env().get(POLICY) != wanted.get(POLICY):
+        if restart:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+        _LATE[:] = [_in_words(wanted)]
     import torch
 
-    return f"{torch.get_num_threads()} torch thread(s), wait {choose_wait_policy()}"
+    if threads:
+        torch.set_num_threads(threads)
+    return thread_setting()
 
 
-choose_wait_policy()
+def thread_setting(threads: int | None = None) -> str:
+    """The torch thread count (`threads`, else this process's) and the wait policy in force,
+    in words; changes nothing."""
+    import torch
+
+    if _LATE:
+        policy = (f"{_in_words(_startup_env())} (torch loaded first: {_LATE[0]} reaches "
+                  f"child processes only)")
+    else:
+        policy = _in_words(os.environ)
+    return f"{threads or torch.get_num_threads()} torch thread(s), wait {policy}"

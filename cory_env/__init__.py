@@ -1,7 +1,5 @@
 """cory_env: CORY's sequential multi-LLM token-level environment (PettingZoo AEC + batched)."""
 
-import cory_common.threads  # noqa: F401  (first: torch's threads wait passively)
-
 from .aec import env, parallel_env, raw_env
 from .batched import BatchedCoryEnv
 from .chain import AGENTS, agent_names, copy_rate, role_order

@@ -24,6 +24,7 @@ from cory_common import cli
 from cory_common.checks import meta
 from cory_common.cli import add_import_option
 from cory_common.plugins import load_plugins
+from cory_common.threads import configure
 
 from . import registered_tasks
 from .chain import copy_rate
@@ -116,6 +117,7 @@ def main(argv=None) -> dict:
         args.validate()
     except ValueError as err:
         p.error(str(err))
+    configure(restart=__name__ == "__main__")
     policies = args.policies()
     out = {}
     for task in args.tasks:

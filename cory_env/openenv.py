@@ -43,6 +43,7 @@ except ModuleNotFoundError as err:  # an optional extra
 from cory_common.checks import meta
 from cory_common.cli import add_import_option
 from cory_common.plugins import load_plugins
+from cory_common.threads import configure
 
 from .core import role_names
 from .seats import Policy, parse_policies, play_role, seat
@@ -189,6 +190,7 @@ def main(argv=None) -> None:
         check_port(args.host, args.port)
     except ValueError as err:
         p.error(str(err))
+    configure(restart=__name__ == "__main__")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     hosted = ", ".join(f"{r}={'given' if r in policies else 'random'}"
                        for r in role_names(args.n_agents) if r != args.role)

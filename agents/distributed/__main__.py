@@ -20,6 +20,7 @@ import sys
 
 from cory_common import cli
 from cory_common.files import atomic_write, remove_dir, remove_orphans
+from cory_common.threads import configure
 
 from ..training.config import TrainConfig, add_train_options, catalogue, train_config_from
 from ..training.runlog import (
@@ -116,6 +117,7 @@ def check_code(args) -> str:
 def main(argv=None) -> int:
     """Entry point: build, optionally resume, train, log (rank 0) and checkpoint."""
     args, cfg = parse_args(argv)
+    configure(restart=__name__ == "__main__")
     accelerator = make_accelerator(cpu=True if args.cpu else None)
     new = bool(args.out) and not os.path.exists(args.out)
     try:

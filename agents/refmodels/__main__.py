@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cory_common import cli
+from cory_common.threads import configure
 from cory_env.data.tokenizer import TASKS
 
 from .budgets import BUDGETS
@@ -28,6 +29,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Build (once) the offline reference LMs and print their reports."""
     parser = _parser()
     args = parser.parse_args(argv)
+    configure(restart=__name__ == "__main__")
     if args.worker:
         task, budget, out = args.worker
         build(task, budget, Path(out), verbose=not args.quiet)

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from cory_common.files import cache_dir, cached_dir, remove_dir
-from cory_common.threads import POLICY, SPIN, busy_cores, wait_env
+from cory_common.threads import POLICY, policy_in_force, wait_choice
 
 from ..llm.loading import cache_kwarg
 from ..llm.speed import threads
@@ -71,15 +71,15 @@ def reference_lm(task: str, *, budget: str | None = None, verbose: bool = True) 
 def _launch(task: str, budget: str, out: Path, verbose: bool = True) -> None:
     """Run ``build``: in this process, or in a child whose OpenMP threads suit the load.
 
-    OpenMP's wait policy can only be set before torch loads, hence the child process
-    (``_omp_wait_env`` picks the setting).
+    OpenMP's wait policy can only be set before torch loads, hence the child process when the
+    policy the rule chooses (`cory_common.threads.wait_choice`) is not the one in force here.
     """
-    if BUDGETS[budget][task].threads == 1 or _OMP_WAIT_VARS & set(os.environ):
+    wait = wait_choice()
+    if BUDGETS[budget][task].threads == 1 or wait.get(POLICY) == policy_in_force():
         build(task, budget, out, verbose=verbose)
         return
     root = str(Path(__file__).resolve().parents[2])
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
-    wait = _omp_wait_env()
     env = {**os.environ, **wait, "PYTHONPATH": path}
     cmd = [sys.executable, "-m", "agents.refmodels", "--worker", task, budget, str(out)]
     if verbose:
@@ -88,15 +88,6 @@ def _launch(task: str, budget: str, out: Path, verbose: bool = True) -> None:
     else:
         cmd.append("--quiet")
     subprocess.run(cmd, env=env, check=True)
-
-
-_OMP_WAIT_VARS = {POLICY, SPIN}
-
-
-def _omp_wait_env(load: float | None = None) -> dict[str, str]:
-    """OpenMP wait settings for a build child: short spins when idle, passive when busy
-    (`cory_common.threads.wait_env`; docs/offline-models.md has the timings)."""
-    return wait_env(busy_cores(0.5) if load is None else load, idle_spin="2000")
 
 
 def _lr_lambda(b: Budget) -> Callable[[int], float]:

@@ -119,12 +119,22 @@ def test_threads_wait_passively_only_when_other_work_holds_a_core(monkeypatch):
     for var in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "CORY_WAIT_CHOSEN"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(threads, "busy_cores", lambda seconds=0.1: 1.0)
-    assert threads.choose_wait_policy() == "PASSIVE"  # a busy core at start: passive
-    monkeypatch.delenv("OMP_WAIT_POLICY")
-    assert threads.choose_wait_policy() == "OpenMP's default"  # chosen once: a worker keeps it
-    monkeypatch.delenv("CORY_WAIT_CHOSEN")
-    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
-    assert threads.choose_wait_policy() == "ACTIVE"  # the user's own setting wins
+    assert threads.wait_choice() == {"OMP_WAIT_POLICY": "PASSIVE", "CORY_WAIT_CHOSEN": "1"}
+    # a parent's choice is kept by its children: chosen once, not re-sampled
+    assert threads.wait_choice({"CORY_WAIT_CHOSEN": "1"}) == {"CORY_WAIT_CHOSEN": "1"}
+    # the user's own setting wins
+    assert threads.wait_choice({"OMP_WAIT_POLICY": "ACTIVE"})["OMP_WAIT_POLICY"] == "ACTIVE"
+    # torch is loaded in this process: a late choice says it reaches child processes only
+    monkeypatch.setattr(threads, "_startup_env", lambda: {})
+    monkeypatch.setattr(threads, "_LATE", [])
+    before = __import__("torch").get_num_threads()
+    try:
+        said = threads.configure(1)
+        assert said.startswith("1 torch thread(s), wait OpenMP's default (torch loaded first: "
+                               "PASSIVE reaches child processes only)"), said
+        assert __import__("os").environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    finally:
+        __import__("torch").set_num_threads(before)
 
 
 def test_play_demo_and_openenv_options_are_their_configs_fields():

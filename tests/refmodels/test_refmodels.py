@@ -141,22 +141,23 @@ def test_shared_prefix_loss_equals_the_plain_loss(cache):
 
 
 
-def test_build_child_waits_passively_only_on_a_busy_machine(monkeypatch):
-    """Short OpenMP spins when idle (fast), passive waiting when other jobs hold the cores."""
-    assert pretrain._omp_wait_env(load=0.1) == {"GOMP_SPINCOUNT": "2000"}
-    assert pretrain._omp_wait_env(load=1.8) == {"OMP_WAIT_POLICY": "PASSIVE"}
-    from cory_common.threads import busy_cores
+def test_build_child_waits_by_the_one_rule_only_when_this_process_cannot(monkeypatch):
+    """The build child gets the rule's policy (passive on a busy machine) when the policy in
+    force here differs; a policy this process already runs under builds in-process."""
+    from cory_common import threads
 
-    assert 0 <= busy_cores(0.05) <= (pretrain.os.cpu_count() or 1) + 0.5
+    assert 0 <= threads.busy_cores(0.05) <= (pretrain.os.cpu_count() or 1) + 0.5
     launched = []
     monkeypatch.setattr(pretrain.subprocess, "run", lambda cmd, env, check: launched.append(env))
     monkeypatch.setattr(pretrain, "build", lambda *a, **k: launched.append("in-process"))
-    monkeypatch.setattr(pretrain, "busy_cores", lambda seconds: 2.0)
-    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
-    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    monkeypatch.setattr(threads, "busy_cores", lambda seconds=0.1: 2.0)
+    monkeypatch.setattr(pretrain, "policy_in_force", lambda: None)
+    for var in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "CORY_WAIT_CHOSEN"):
+        monkeypatch.delenv(var, raising=False)
     pretrain._launch("arithmetic", "full", pretrain.Path("unused"))
     assert launched[-1]["OMP_WAIT_POLICY"] == "PASSIVE" and "GOMP_SPINCOUNT" not in launched[-1]
-    monkeypatch.setenv("GOMP_SPINCOUNT", "1")  # the user's own setting wins: no child
+    assert "OMP_WAIT_POLICY" not in pretrain.os.environ  # the library changed nothing here
+    monkeypatch.setattr(threads, "busy_cores", lambda seconds=0.1: 0.0)  # idle: OpenMP's own
     pretrain._launch("arithmetic", "full", pretrain.Path("unused"))
     assert launched[-1] == "in-process"
 
