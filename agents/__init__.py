@@ -11,7 +11,7 @@ cory_env; `tests/test_architecture.py` checks it):
   saved run, the run log).
 - `agents.distributed`: the same training over processes (DDP, FSDP2).
 - `agents.refmodels`: the offline reference models (built below training; whether a model has
-  CORY's mechanism is measured by the benchmark, `benchmarks.transfer`).
+  CORY's mechanism is measured by the benchmark, `benchmarks.mechanism.measure`).
 - `agents.interop`: other libraries' interfaces (Tianshou).
 - `agents.play`: watch a model play the env (`python -m agents.play`).
 """

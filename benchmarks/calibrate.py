@@ -1,5 +1,5 @@
 """How often the claims' verdicts are wrong: synthetic runs whose truth is known by construction,
-decided by the real claim code (`benchmarks.claims`), many times over.
+decided by the real claim code (`benchmarks.evidence.claims`), many times over.
 
     python -m benchmarks.calibrate                           # the table in docs/benchmark.md
     python -m benchmarks.calibrate --replicates 50 --seeds 5 --write runs/world  # and one folder
@@ -25,16 +25,16 @@ from pathlib import Path
 
 import numpy as np
 
-from agents.learners.base import ablation_methods
+from agents.learners.registry import ablation_methods
+from benchmarks.evidence import claims as cl
+from benchmarks.evidence import verdicts as vd
+from benchmarks.evidence.frontier import LEVELS
+from benchmarks.evidence.records import RunData
+from benchmarks.evidence.stats import change
+from benchmarks.evidence.trajectories import MEANINGFUL, gather
 from cory_common import cli
 from cory_common.files import atomic_write
 from cory_common.threads import configure
-
-from . import claims as cl
-from .evidence import MEANINGFUL, gather
-from .frontier import LEVELS
-from .records import RunData
-from .stats import change
 
 TASK = "arithmetic"
 ITERATIONS = list(range(0, 33, 3))  # 11 evaluation points, as the studies' presets
@@ -134,7 +134,7 @@ def truths(world: World) -> dict[str, str]:
 
 # ------------------------------------------------------------------------------- records
 def records(world: World, seeds: int, rng: np.random.Generator) -> RunData:
-    """One synthetic run folder's records (metrics rows and alone rows) for the world."""
+    """One synthetic study folder's records (metrics rows and alone rows) for the world."""
     its = np.array(ITERATIONS, dtype=np.float64)
     u = its / its[-1]
     alone, metrics = [], []
@@ -148,7 +148,7 @@ def records(world: World, seeds: int, rng: np.random.Generator) -> RunData:
                 r = reward + rng.normal(0, NOISE, len(u))
                 k = kl * (1 + rng.normal(0, KL_NOISE, len(u)))
                 alone += [{"task": TASK, "method": method, "seed": seed, "swept_kl_coef": None,
-                           "iteration": int(i), "model": model, "task_reward": float(a),
+                           "iteration": int(i), "agent": model, "task_reward": float(a),
                            "kl": float(b), "combined_reward": float(a - KL_COEF * b),
                            "report_kl_coef": KL_COEF}
                           for i, a, b in zip(ITERATIONS, r, k)]
@@ -166,7 +166,7 @@ def rates(world: World, seeds: int, replicates: int, seed: int = 0) -> dict[str,
     verdicts' rate (per direction)."""
     rng = np.random.default_rng([seed, seeds, sum(map(ord, world.name))])
     truth = truths(world)
-    counts = {c: {cl.SUPPORTED: 0, cl.CONTRADICTED: 0} for c in CLAIMS}
+    counts = {c: {vd.SUPPORTED: 0, vd.CONTRADICTED: 0} for c in CLAIMS}
     learned = dict.fromkeys(("ppo", "cory"), 0)
     for _ in range(replicates):
         data = records(world, seeds, rng)
@@ -179,7 +179,7 @@ def rates(world: World, seeds: int, replicates: int, seed: int = 0) -> dict[str,
     out = {"gate": {"truth": "true" if world.walk("ppo").learns else "false",
                     **{m: k / replicates for m, k in learned.items()}}}
     for c in CLAIMS:
-        s, x = (counts[c][v] / replicates for v in (cl.SUPPORTED, cl.CONTRADICTED))
+        s, x = (counts[c][v] / replicates for v in (vd.SUPPORTED, vd.CONTRADICTED))
         false_s = s if truth[c] in ("false", "boundary", "untestable") else 0.0
         false_x = x if truth[c] in ("true", "boundary", "untestable") else 0.0
         out[c] = {"truth": truth[c], "supported": s, "contradicted": x,
@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def write_folder(folder: Path, data: RunData) -> None:
-    """A replicate as a run folder (`python -m benchmarks.report FOLDER` renders it)."""
+    """A replicate as a study folder (`python -m benchmarks.report FOLDER` renders it)."""
     folder.mkdir(parents=True, exist_ok=True)
     for name, rows in (("metrics.jsonl", data.rows), ("alone.jsonl", data.evals)):
         atomic_write(folder / name, "".join(json.dumps(r) + "\n" for r in rows))

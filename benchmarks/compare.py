@@ -1,4 +1,4 @@
-"""Compare one method across run folders, e.g. chains of K = 2 and K = 3 agents.
+"""Compare one method across study folders, e.g. chains of K = 2 and K = 3 agents.
 
     python -m benchmarks.compare runs/k2 runs/k3 --method cory [--task sentiment]
     python -m benchmarks.compare runs/a runs/b --same   # the same records, field for field?
@@ -16,19 +16,18 @@ from pathlib import Path
 
 import numpy as np
 
-from agents.training.runlog import read_jsonl
+from benchmarks.evidence.intervals import mean_interval
+from benchmarks.evidence.records import RunData, curves, final_value, no_records, select
 from cory_common import cli
+from cory_common.runlog import read_jsonl
 from cory_common.threads import configure
-
-from .intervals import mean_interval
-from .records import RunData, curves, final_value, no_records, select
 
 
 def per_seed(data: RunData, task: str, method: str) -> dict[str, dict[int, float]]:
     """Row name -> seed -> value: each model's and the mean final alone reward, and each
     position's final in-training task reward."""
     out: dict[str, dict[int, float]] = {}
-    models = data.models(task, method, None)
+    models = data.alone_agents(task, method, None)
     for model in models:
         out[f"alone reward, {model}"] = {s: float(t.reward[-1]) for s, t in
                                         data.trajectories(task, method, None, model).items()}
@@ -76,7 +75,7 @@ WALL_CLOCK = ("time_rollout_s", "time_update_s")  # the only fields that differ 
 
 
 def same_records(a: str, b: str) -> tuple[bool, list[str]]:
-    """Whether two run folders hold the same training and alone records field for field
+    """Whether two study folders hold the same training and alone records field for field
     (wall-clock fields aside), with a line per file and the first difference."""
     ok, out = True, []
     for name in ("metrics.jsonl", "alone.jsonl"):
@@ -99,9 +98,9 @@ def same_records(a: str, b: str) -> tuple[bool, list[str]]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Print the comparison of the run folders given on the command line."""
+    """Print the comparison of the study folders given on the command line."""
     p = cli.Parser("python -m benchmarks.compare", description=__doc__)
-    p.add_argument("folders", nargs="+", help="run folders (the first is the baseline)")
+    p.add_argument("folders", nargs="+", help="study folders (the first is the baseline)")
     p.add_argument("--method", default="cory", help="the method to compare")
     p.add_argument("--task", default="sentiment", help="the task to compare")
     p.add_argument("--same", action="store_true",
@@ -114,7 +113,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.same:
         if len(args.folders) != 2:
             p.error(f"--same compares two folders, got {len(args.folders)}")
-        ok, out = same_records(*args.folders)
+        try:
+            ok, out = same_records(*args.folders)
+        except ValueError as e:
+            p.error(str(e))
         print("\n".join(out))
         raise SystemExit(0 if ok else 1)
     try:

@@ -1,4 +1,4 @@
-"""Merge run folders of one setting into one folder.
+"""Merge study folders of one setting into one folder.
 
     python -m benchmarks.merge --out runs/all runs/seeds-0-2 runs/seeds-3-4
     python -m benchmarks.run --resume --out runs/all     # measures the mechanism, runs the rest
@@ -23,21 +23,20 @@ import shutil
 import sys
 from pathlib import Path
 
-from agents.training.runlog import FolderBusy, RunLock, read_jsonl
+from benchmarks.evidence.records import check_format
+from benchmarks.settings.config import GROWABLE, from_saved
+from benchmarks.study.coordinator import StudyFolder
 from cory_common import cli
 from cory_common.files import atomic_write, remove_dir
+from cory_common.runlog import FolderBusy, RunLock, read_jsonl
 from cory_common.threads import configure
-
-from .config import GROWABLE, from_saved
-from .records import check_format
-from .runner import RunFolder
 
 NOT_COMPARED = (*GROWABLE, "code", "format")
 
 
 def _saved(folder: Path) -> dict:
     """A source folder's run_config.json, or a ValueError naming the folder."""
-    path = RunFolder(folder).config
+    path = StudyFolder(folder).config
     if not path.is_file():
         raise ValueError(f"{folder} holds no run (no run_config.json)")
     saved = json.loads(path.read_text())
@@ -149,13 +148,13 @@ def merge(out: str | os.PathLike, sources: list[str | os.PathLike],
 def _write(tmp: Path, folders: list[Path], saved: list[dict], where: dict[str, Path],
            config: dict, notes: list[str]) -> None:
     """Build the merged folder at `tmp`."""
-    new = RunFolder(tmp)
+    new = StudyFolder(tmp)
     (tmp / "done").mkdir(parents=True)
     (tmp / "ckpt").mkdir()
     atomic_write(new.config, json.dumps(config, indent=2))
     for folder, s in zip(folders, saved):
         keys = sorted(k for k, f in where.items() if f == folder)
-        source = RunFolder(folder)
+        source = StudyFolder(folder)
         rows = read_jsonl(source.metrics)
         new.append([r for r in rows if r.get("run") in keys])
         new.add_evals([r for r in read_jsonl(source.evals) if r.get("run") in keys])
@@ -180,9 +179,9 @@ def _write(tmp: Path, folders: list[Path], saved: list[dict], where: dict[str, P
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line: merge run folders; errors name the folder and the setting."""
+    """Command line: merge study folders; errors name the folder and the setting."""
     parser = cli.Parser("python -m benchmarks.merge", description=__doc__.split("\n\n")[0])
-    parser.add_argument("folders", nargs="+", help="run folders of one setting")
+    parser.add_argument("folders", nargs="+", help="study folders of one setting")
     parser.add_argument("--out", required=True, help="the new merged folder")
     parser.add_argument("--allow-changed-code", action="store_true",
                         help="merge folders whose --import files differ (logged)")

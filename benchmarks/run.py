@@ -30,17 +30,17 @@ if __package__ in (None, ""):  # `python benchmarks/run.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agents.training.config import catalogue
-from agents.training.runlog import FolderBusy, LedgerError
-from benchmarks.config import (
+from benchmarks.settings.config import (
     BenchConfig,
     add_config_options,
     resolve_config,
     resume_config,
     run_specs,
 )
-from benchmarks.engines import Execution
-from benchmarks.runner import RunFolder, StudyFailed, run_benchmark
+from benchmarks.study.coordinator import StudyFailed, StudyFolder, run_benchmark
+from benchmarks.study.executors import Execution
 from cory_common import cli
+from cory_common.runlog import FolderBusy, LedgerError
 from cory_common.threads import configure
 
 
@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      epilog=catalogue())
     add_config_options(parser)
     cli.add_options(parser, Execution, Execution())
-    parser.add_argument("--out", help="run folder (default runs/<timestamp>)")
+    parser.add_argument("--out", help="study folder (default runs/<timestamp>)")
     parser.add_argument("--resume", action="store_true",
                         help="continue the run in --out (its settings; more --seeds or "
                         "--methods add runs)")
@@ -65,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace) -> tuple[BenchConfig, Path, bool]:
-    """The resolved settings, the run folder and the resume flag; raises ValueError."""
+    """The resolved settings, the study folder and the resume flag; raises ValueError."""
     given = dict(vars(args))
     out, resume = given.pop("out", None), given.pop("resume", False)
     for name in ("no_progress", "allow_changed_code", "plan", *EXECUTION):
@@ -74,7 +74,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[BenchConfig, Path, bool]
         raise ValueError("--resume needs --out, the folder of the run to continue")
     out = Path(out or Path("runs") / time.strftime("%Y-%m-%d_%H-%M-%S"))
     if resume:  # the saved settings, and only what was typed compared with them
-        return resume_config(given, RunFolder(out).saved_config()).validate(), out, True
+        return resume_config(given, StudyFolder(out).saved_config()).validate(), out, True
     cfg = resolve_config(given.pop("preset", "offline"), given.pop("quick", False), **given)
     return cfg, out, resume
 
@@ -87,7 +87,7 @@ def plan(cfg: BenchConfig, out: Path, resume: bool) -> str:
     specs = run_specs(cfg)
     t = cfg.train
     model = t.model or "the task's offline LM"
-    head = (f"{'resume' if resume else 'new'} run folder {out}: {len(specs)} runs of "
+    head = (f"{'resume' if resume else 'new'} study folder {out}: {len(specs)} runs of "
             f"{t.iterations} iterations x batch {t.batch_size}, model {model}, "
             f"decode {t.decode}")
     return "\n".join([head] + [f"  {s.key}" for s in specs])
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> Path:
         parser.exit(1, f"{parser.prog}: {err}\n")
     except (FolderBusy, LedgerError, ValueError) as err:
         if isinstance(err, (FolderBusy, LedgerError)) or str(err).startswith(
-                ("--resume", "run folder", "--ray")):
+                ("--resume", "study folder", "--ray")):
             parser.exit(2, f"{parser.prog}: error: {err}\n")
         raise
     print(f"report: {path}")

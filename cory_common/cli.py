@@ -18,6 +18,7 @@ import argparse
 import ast
 import copy
 import dataclasses
+import re
 import typing
 from typing import Any
 
@@ -258,6 +259,9 @@ def add_import_option(parser: argparse.ArgumentParser) -> None:
                         metavar="MODULE_OR_FILE", help=IMPORT_HELP)
 
 
+NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+
+
 class Parser(argparse.ArgumentParser):
     """Every command line's parser: a bad option says what is wrong in one line and where the
     help is, not the whole usage block first; options are never abbreviated."""
@@ -266,6 +270,8 @@ class Parser(argparse.ArgumentParser):
         kwargs.setdefault("allow_abbrev", False)
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
         super().__init__(prog=prog, **kwargs)
+        # a negative number is a value, in scientific notation too (`--lr -1e-4`)
+        self._negative_number_matcher = NEGATIVE_NUMBER
 
     def error(self, message: str):
         """Exit 2 with `prog: error: message` and the way to the help."""

@@ -50,7 +50,7 @@ def current_umask() -> int:
 def remove_orphans(folder: str | os.PathLike) -> list[Path]:
     """Remove the temporary files and folders an interrupted `atomic_write` or `atomic_dir`
     left anywhere under `folder`; return what was removed. Call it only while no other
-    process writes there (a run folder's lock holder)."""
+    process writes there (a study folder's lock holder)."""
     removed = []
     for p in sorted(Path(folder).rglob(".*")):
         if p.is_file() and p.name.endswith(".tmp"):

@@ -28,10 +28,18 @@ def load_plugin(spec: str):
         raise ValueError(f"--import needs a module name or a .py file, got {spec!r}")
     if spec in _LOADED:
         return _LOADED[spec]
-    if spec.endswith(".py") or "/" in spec or "\\" in spec:
+    is_file = spec.endswith(".py") or "/" in spec or "\\" in spec
+    if not is_file and not all(part.isidentifier() for part in spec.split(".")):
+        what = "a file that is not Python" if Path(spec).is_file() else "not a module name"
+        raise ValueError(f"--import {spec!r}: {what}; give a .py file or a dotted module name "
+                         f"(mypkg.learners)")
+    if is_file:
         path = Path(spec).expanduser().resolve()
         if not path.is_file():
             raise ValueError(f"--import {spec!r}: no such file")
+        if path.suffix != ".py":
+            raise ValueError(f"--import {spec!r}: not a Python file (.py); give a .py file or "
+                             f"a dotted module name (mypkg.learners)")
         name = f"cory_plugin_{path.stem}_{abs(hash(str(path))) % 10**8}"
         module_spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(module_spec)

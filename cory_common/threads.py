@@ -87,6 +87,12 @@ def _in_words(env: dict[str, str]) -> str:
     return env.get(POLICY) or (f"{SPIN}={env[SPIN]}" if SPIN in env else "OpenMP's default")
 
 
+def started_as(module: str) -> bool:
+    """Whether this process is `python -m module` (a package's __main__ included)."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return spec is not None and spec.name in (module, f"{module}.__main__")
+
+
 _LATE: list[str] = []  # the policy configure() chose after torch had loaded, if it did
 
 

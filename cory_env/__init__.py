@@ -2,7 +2,7 @@
 
 from .aec import env, parallel_env, raw_env
 from .batched import BatchedCoryEnv
-from .chain import AGENTS, agent_names, copy_rate, role_order
+from .chain import AGENTS, acting_order, agent_names, copy_rate
 from .config import EnvConfig
 from .tasks import (
     Query,
@@ -19,6 +19,6 @@ from .text import Prompt, text_env, text_parallel_env
 __all__ = [
     "AGENTS", "BatchedCoryEnv", "agent_names", "EnvConfig", "Query", "Task", "env",
     "is_exact_match", "make_task", "offline_model", "parallel_env", "raw_env", "register_task",
-    "registered_tasks", "role_order", "task_defaults", "Prompt", "copy_rate", "text_env",
+    "registered_tasks", "acting_order", "task_defaults", "Prompt", "copy_rate", "text_env",
     "text_parallel_env",
 ]

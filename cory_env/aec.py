@@ -60,10 +60,10 @@ import numpy as np
 from gymnasium import spaces
 from pettingzoo import AECEnv
 from pettingzoo.utils import wrappers
-from pettingzoo.utils.conversions import turn_based_aec_to_parallel
+from pettingzoo.utils.conversions import turn_based_aec_to_parallel_wrapper
 from pettingzoo.utils.env_logger import EnvLogger
 
-from .chain import QuerySource, role_order
+from .chain import QuerySource, acting_order
 from .config import EnvConfig
 from .core import PIONEER
 
@@ -74,8 +74,24 @@ def env(**config):
 
 
 def parallel_env(**config):
-    """The parallel API via `turn_based_aec_to_parallel`: only the acting agent's action is used."""
-    return turn_based_aec_to_parallel(raw_env(**config))
+    """The parallel API (PettingZoo's turn-based conversion): only the acting agent's action is
+    used, and a step without it is refused by name."""
+    return ParallelCoryEnv(raw_env(**config))
+
+
+class ParallelCoryEnv(turn_based_aec_to_parallel_wrapper):
+    """`parallel_env`'s class: the turn-based parallel view, whose `step` names the acting
+    agent when the actions lack it (the others' actions are ignored, as PettingZoo's are)."""
+
+    def step(self, actions):
+        """Apply the acting agent's action (`actions[agent]`); the others' are ignored."""
+        acting = self.aec_env.agent_selection if self.aec_env.agents else None
+        if acting is not None and (not isinstance(actions, dict) or acting not in actions):
+            given = sorted(actions) if isinstance(actions, dict) else actions
+            raise ValueError(f"step: {acting!r} acts now (turn-based: only the acting agent's "
+                             f"action is applied), but the actions hold {given!r}; give "
+                             f"{{{acting!r}: token}}")
+        return super().step(actions)
 
 
 def observation_space(length: int, vocab: int, action_mask: bool) -> spaces.Dict:
@@ -110,14 +126,15 @@ class raw_env(QuerySource, AECEnv):
         self.render_mode = self.config.render_mode
         self.episodes = self.config.episodes()
         self.task, self.tokenizer = self.episodes.task, self.episodes.tokenizer
-        self.possible_agents = list(role_order(0, self.config.n_agents))
-        vocab, context, slots = self.episodes.vocab, self.episodes.L, max(self.episodes.n_turns, 2)
+        self.possible_agents = list(acting_order(0, self.config.n_agents))
+        vocab, context = self.episodes.vocab, self.episodes.L
+        windows = max(self.episodes.n_turns, 2)
         self._obs_space = observation_space(context, vocab, self.config.action_mask)
         self._act_space = spaces.Discrete(vocab)
         self._mask = np.ones(vocab, dtype=np.int8) if self.config.action_mask else None
         self.state_space = spaces.Dict({
-            "input_ids": spaces.Box(0, vocab - 1, (slots * context,), np.int64),
-            "attention_mask": spaces.Box(0, 1, (slots * context,), np.int8),
+            "input_ids": spaces.Box(0, vocab - 1, (windows * context,), np.int64),
+            "attention_mask": spaces.Box(0, 1, (windows * context,), np.int8),
         })
         self._init_queries()
         self.agents: list[str] = []
@@ -136,7 +153,7 @@ class raw_env(QuerySource, AECEnv):
         """Start an episode on a sampled query (or `options["queries"][0]`)."""
         self.episodes.start(self._reset_queries(seed, options, n=1, limit=1), cap=self.turn_cap)
         order = self.order()
-        self._slot = {agent: slot for slot, agent in enumerate(order)}
+        self._position = {agent: k for k, agent in enumerate(order)}
         self.agents = list(order)
         self.agent_selection = order[PIONEER]
         self.rewards = {a: 0.0 for a in self.agents}
@@ -146,36 +163,36 @@ class raw_env(QuerySource, AECEnv):
         self.infos = {a: self._info(a) for a in self.agents}
 
     def _info(self, agent) -> dict:
-        slot = self._slot[agent]
-        return {"role": self.episodes.roles[slot], "task_reward": None, "response": None,
-                "truncated_prompt_tokens": int(self.episodes.dropped[slot, 0])}
+        k = self._position[agent]
+        return {"role": self.episodes.roles[k], "task_reward": None, "response": None,
+                "truncated_prompt_tokens": int(self.episodes.dropped[k, 0])}
 
     def observe(self, agent):
         """The agent's prompt and its tokens so far in its current or latest turn (all padding
         before its first turn starts)."""
-        row = self.episodes.row(self._slot_of(agent))
-        obs = {"observation": {"input_ids": self.episodes.ids[row, 0].copy(),
-                               "attention_mask": self.episodes.mask[row, 0].copy()}}
+        j = self.episodes.turn_of(self._position_of(agent))
+        obs = {"observation": {"input_ids": self.episodes.ids[j, 0].copy(),
+                               "attention_mask": self.episodes.mask[j, 0].copy()}}
         if self._mask is not None:
             obs["action_mask"] = self._mask
         return obs
 
-    def _slot_of(self, agent) -> int:
-        if not hasattr(self, "_slot"):
+    def _position_of(self, agent) -> int:
+        if not hasattr(self, "_position"):
             EnvLogger.error_observe_before_reset()
-        if agent not in self._slot:
-            raise ValueError(f"unknown agent {agent!r}; agents: {list(self._slot)}")
-        return self._slot[agent]
+        if agent not in self._position:
+            raise ValueError(f"unknown agent {agent!r}; agents: {list(self._position)}")
+        return self._position[agent]
 
     def prompt_ids(self, agent) -> np.ndarray:
         """The agent's prompt token ids in its current or latest turn (its rendered template;
         empty before its turn)."""
-        return self.episodes.prompt_ids(self.episodes.row(self._slot_of(agent)))
+        return self.episodes.prompt_ids(self.episodes.turn_of(self._position_of(agent)))
 
     def answer_ids(self, agent) -> np.ndarray:
         """The agent's answer token ids so far in its current or latest turn (EOS included when
         it ended the answer)."""
-        return self.episodes.answer_ids(self.episodes.row(self._slot_of(agent)))
+        return self.episodes.answer_ids(self.episodes.turn_of(self._position_of(agent)))
 
     @property
     def answer_cap(self) -> int:
@@ -184,14 +201,14 @@ class raw_env(QuerySource, AECEnv):
 
     def state(self):
         """The joint transcript: every position's view in acting order (pioneer first)."""
-        if not hasattr(self, "_slot"):
+        if not hasattr(self, "_position"):
             EnvLogger.error_state_before_reset()
         return {"input_ids": self.episodes.ids[:, 0].reshape(-1).copy(),
                 "attention_mask": self.episodes.mask[:, 0].reshape(-1).copy()}
 
     def step(self, action):
         """Append the selected agent's token; end its turn on EOS or max_new_tokens."""
-        if not hasattr(self, "_slot"):
+        if not hasattr(self, "_position"):
             EnvLogger.error_step_before_reset()  # PettingZoo's own message
         agent = self.agent_selection
         if self.terminations[agent] or self.truncations[agent]:
@@ -218,15 +235,15 @@ class raw_env(QuerySource, AECEnv):
     def _pay(self, paid: np.ndarray) -> None:
         """This step's rewards: each agent's share of what the round paid."""
         for agent in self.agents:
-            self.rewards[agent] = float(paid[self._slot[agent], 0])
+            self.rewards[agent] = float(paid[self._position[agent], 0])
 
     def _finish(self) -> None:
         ep, cap = self.episodes, self.config.max_cycles
         capped = ep.truncated or cap is not None and not ep.hit_eos[ep.turn, 0]
         self._pay(ep.paid_now)
         for agent in self.agents:
-            slot = self._slot[agent]
-            self.infos[agent]["task_reward"] = float(ep.task_rewards[slot, 0])
+            k = self._position[agent]
+            self.infos[agent]["task_reward"] = float(ep.task_rewards[k, 0])
             if capped:  # the episode ran into max_cycles: truncated, as PettingZoo says
                 self.truncations[agent] = True
             else:
@@ -247,18 +264,18 @@ class raw_env(QuerySource, AECEnv):
 
     def transcript(self) -> str:
         """A readable transcript of the current episode."""
-        if not self.agents and not hasattr(self, "_slot"):
+        if not self.agents and not hasattr(self, "_position"):
             return "(no episode)"
         ep = self.episodes
         lines = [f"query: {ep.queries[0].text!r}"]
-        agents = {slot: agent for agent, slot in self._slot.items()}
+        agents = {k: agent for agent, k in self._position.items()}
         played = range(ep.turn + 1) if ep.rounds > 1 else range(len(agents))
         for turn in played:
-            slot = ep.position(turn)
+            k = ep.position(turn)
             prompt = self.tokenizer.decode(ep.prompt_ids(turn).tolist())
             response = self.tokenizer.decode(ep.answer_ids(turn).tolist())
             said = f" round {turn // ep.n_agents + 1}" if ep.rounds > 1 else ""
-            line = f"[{agents[slot]} {ep.roles[slot]}{said}] {prompt!r} -> {response!r}"
+            line = f"[{agents[k]} {ep.roles[k]}{said}] {prompt!r} -> {response!r}"
             if turn < ep.scored:
                 line += f"  r={ep.turn_task[turn, 0]:+.3f}"
             lines.append(line)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .chain import QuerySource, role_order
+from .chain import QuerySource, acting_order
 from .config import EnvConfig
 
 
@@ -34,7 +34,7 @@ class BatchedCoryEnv(QuerySource):
         self.batch_size, self.device = batch_size, torch.device(device)
         self.episodes = self.config.episodes()
         self.task, self.tokenizer = self.episodes.task, self.episodes.tokenizer
-        self.possible_agents = list(role_order(0, self.config.n_agents))
+        self.possible_agents = list(acting_order(0, self.config.n_agents))
         self._init_queries()
 
     @property
@@ -79,15 +79,15 @@ class BatchedCoryEnv(QuerySource):
     def observe(self, agent: str | None = None) -> dict:
         """The agent's (default: the acting agent's) ids, mask and active rows as tensors."""
         ep = self.episodes
-        row = ep.turn if agent is None else ep.row(self._slot(agent, "observe"))
-        active = ~ep.turn_done if row == ep.turn and not ep.finished else np.zeros(ep.batch, bool)
-        return {"input_ids": self._tensor(ep.ids[row]),
-                "attention_mask": self._tensor(ep.mask[row]).long(),
+        j = ep.turn if agent is None else ep.turn_of(self._position(agent, "observe"))
+        active = ~ep.turn_done if j == ep.turn and not ep.finished else np.zeros(ep.batch, bool)
+        return {"input_ids": self._tensor(ep.ids[j]),
+                "attention_mask": self._tensor(ep.mask[j]).long(),
                 "active": self._tensor(active), "step": ep.t}
 
     def step(self, actions):
         """Apply (B,) token ids of the acting agent; returns obs, rewards, terms, truncs, infos."""
-        self._slot(None, "step")
+        self._position(None, "step")
         tokens = np.asarray(actions.detach().cpu() if torch.is_tensor(actions) else actions)
         if tokens.shape != (self.episodes.batch,):
             raise ValueError(f"actions must have shape ({self.episodes.batch},), "
@@ -108,27 +108,27 @@ class BatchedCoryEnv(QuerySource):
         """The (B,) rewards the env paid `agent` over the episodes (once they are over)."""
         if self.episodes.agent_rewards is None:
             raise RuntimeError("the episodes are not finished: no rewards yet")
-        return torch.as_tensor(self.episodes.agent_rewards[self._slot(agent, "reward")],
+        return torch.as_tensor(self.episodes.agent_rewards[self._position(agent, "reward")],
                                dtype=torch.float32)
 
     def infos(self) -> dict:
         """Per-agent infos: role, task reward (B,) once known, response texts once written."""
         ep, out = self.episodes, {}
-        for slot, agent in enumerate(self.agents):
-            row = ep.row(slot)
+        for k, agent in enumerate(self.agents):
+            j = ep.turn_of(k)
             out[agent] = {
-                "role": ep.roles[slot],
+                "role": ep.roles[k],
                 "task_reward": None if ep.task_rewards is None
-                else torch.as_tensor(ep.task_rewards[slot], dtype=torch.float32),
-                "response": ep.texts[row],
-                "truncated_prompt_tokens": torch.as_tensor(ep.dropped[row]),
+                else torch.as_tensor(ep.task_rewards[k], dtype=torch.float32),
+                "response": ep.texts[j],
+                "truncated_prompt_tokens": torch.as_tensor(ep.dropped[j]),
             }
         return out
 
     def turn_batch(self, agent: str, number: int | None = None) -> dict:
         """The agent's latest finished turn (or turn `number` of the episode): prompt+response
         ids (B,L), mask, and response_mask (B,T)."""
-        j = self.episodes.last_turn(self._slot(agent, "turn")) if number is None else number
+        j = self.episodes.last_turn(self._position(agent, "turn")) if number is None else number
         if j is None:
             raise RuntimeError(f"{agent}'s turn is not over yet")
         ep = self.episodes
@@ -143,7 +143,7 @@ class BatchedCoryEnv(QuerySource):
         """(paid, task): (n, B) what the env paid after each of the agent's n finished turns
         and each answer's task reward (0 where its round was not scored)."""
         ep = self.episodes
-        turns = ep.finished_turns(self._slot(agent, "turn_rewards"))
+        turns = ep.finished_turns(self._position(agent, "turn_rewards"))
         return (torch.as_tensor(ep.turn_paid[turns], dtype=torch.float32),
                 torch.as_tensor(ep.turn_task[turns], dtype=torch.float32))
 
@@ -163,8 +163,8 @@ class BatchedCoryEnv(QuerySource):
         self._rng.bit_generator.state = state["rng"]
         self.rotation = int(state["rotation"])
 
-    def _slot(self, agent: str | None, what: str) -> int | None:
-        """The agent's slot in the current order, or a clear error (before reset / unknown)."""
+    def _position(self, agent: str | None, what: str) -> int | None:
+        """The agent's position in the current order, or a clear error (before reset / unknown)."""
         if not hasattr(self, "agents"):
             raise RuntimeError(f"reset() needs to be called before {what}")
         if agent is None:

@@ -27,7 +27,7 @@ def agent_names(n_agents: int) -> tuple[str, ...]:
     return tuple(f"llm_{i}" for i in range(n_agents))
 
 
-def role_order(rotation: int = 0, n_agents: int = 2) -> tuple[str, ...]:
+def acting_order(rotation: int = 0, n_agents: int = 2) -> tuple[str, ...]:
     """Agent names in acting order (pioneer first): position k is llm_{(k + rotation) % K}."""
     if n_agents == 1:
         return AGENTS[:1]
@@ -105,7 +105,7 @@ class QuerySource:
 
     def order(self) -> tuple[str, ...]:
         """The agents in acting order: the rotation's."""
-        return role_order(self.rotation, self.config.n_agents)
+        return acting_order(self.rotation, self.config.n_agents)
 
     def _reset_queries(self, seed, options, n: int, limit: int | None = None) -> list[Query]:
         """Apply reset(seed, options) and return the n queries of the new episodes.

@@ -77,7 +77,7 @@ class EnvConfig:
         return task, tokenizer, max_new, context
 
     def episodes(self):
-        """The episode engine these settings describe (task, tokenizer and lengths resolved)."""
+        """The episodes these settings describe (task, tokenizer and lengths resolved)."""
         task, tokenizer, max_new, context = self.resolve()
         return Episodes(task, tokenizer, max_new_tokens=max_new, context_len=context,
                         knowledge_transfer=self.knowledge_transfer, reward_mode=self.reward_mode,

@@ -1,4 +1,4 @@
-"""The episode engine shared by the AEC env and the batched env.
+"""The episodes shared by the AEC env and the batched env.
 
 `Episodes` steps B CORY episodes in lockstep with numpy arrays: the pioneer's turn, then the
 observer's turn (in a chain of K agents, positions 1..K-1 in order, each seeing the answers
@@ -27,7 +27,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .tasks.base import QUERY, STATE, Query, Task, slot_position
+from .prompts import TemplateRenderer, chain_context
+from .tasks.base import Query, Task
 
 PIONEER, OBSERVER = 0, 1
 ROLES = ("pioneer", "observer")
@@ -38,130 +39,6 @@ def role_names(n_agents: int) -> tuple[str, ...]:
     if n_agents <= 2:
         return ROLES[:n_agents]
     return ("pioneer", *(f"observer_{k}" for k in range(1, n_agents)))
-
-
-def leading_ids(tokenizer) -> list[int]:
-    """The special tokens the tokenizer puts before any text when asked to add its special
-    tokens (BOS where it declares one; none for most): every prompt starts with them once."""
-    probe = "a"
-    full = tokenizer.encode(probe, add_special_tokens=True)
-    plain = tokenizer.encode(probe, add_special_tokens=False)
-    for i in range(len(full) - len(plain) + 1):
-        if full[i:i + len(plain)] == plain:
-            return list(full[:i])
-    return []
-
-
-class TemplateRenderer:
-    """Turns a template plus per-episode query/response ids into right-aligned prompt rows.
-
-    Pieces are static token ids, QUERY, STATE (the task's text for the turn) or the 0-based
-    turn of an earlier answer.
-    """
-
-    def __init__(self, template, tokenizer, position: int = 1):
-        self.lead = np.asarray(leading_ids(tokenizer), dtype=np.int64)
-        self.pieces: list[str | int | np.ndarray] = []
-        for piece in template.pieces():
-            earlier = slot_position(piece, position)
-            if piece in (QUERY, STATE):
-                self.pieces.append(piece)
-            elif earlier is not None:
-                if not 1 <= earlier <= position:
-                    raise ValueError(f"template {template.text!r} of chain position {position} "
-                                     f"uses {piece}, but only answers 1..{position} come before")
-                self.pieces.append(earlier - 1)
-            else:
-                ids = tokenizer.encode(piece, add_special_tokens=False)
-                self.pieces.append(np.asarray(ids, dtype=np.int64))
-
-    def static_len(self) -> int:
-        """Tokens of the template's static text, the tokenizer's leading tokens included."""
-        return len(self.lead) + sum(len(p) for p in self.pieces if isinstance(p, np.ndarray))
-
-    def count(self, kind) -> int:
-        """How many query pieces (kind=str) or earlier answers (kind=int) the template has."""
-        if kind is str:
-            return sum(isinstance(p, str) and p == QUERY for p in self.pieces)
-        return sum(isinstance(p, kind) for p in self.pieces)
-
-    @property
-    def has_state(self) -> bool:
-        """Whether the template holds the task's `{state}` text."""
-        return any(isinstance(p, str) and p == STATE for p in self.pieces)
-
-    def render(self, q_ids, q_len, answers, width: int, pad: int, state=None):
-        """Return (ids (B,width), mask (B,width), dropped (B,)) with prompts right-aligned;
-        `answers` holds the (ids (B, n), lengths (B,)) of the earlier turns and `state` those
-        of the task's state text. The tokenizer's leading tokens (BOS where it declares one)
-        start every prompt, also one cut on the left to fit."""
-        m = len(self.lead)
-        if state is not None:
-            answers = [*answers, state]  # read by the STATE piece as the last part
-        if not m:
-            return self._render_body(q_ids, q_len, answers, width, pad)
-        body, body_mask, dropped = self._render_body(q_ids, q_len, answers, width - m, pad)
-        out = np.full((len(body), width), pad, dtype=np.int64)
-        mask = np.zeros((len(body), width), dtype=np.int8)
-        out[:, m:], mask[:, m:] = body, body_mask
-        start = (width - m) - body_mask.sum(axis=1).astype(np.int64)  # first column of the lead
-        cols = start[:, None] + np.arange(m)[None, :]
-        rows = np.arange(len(body))[:, None]
-        out[rows, cols], mask[rows, cols] = self.lead[None, :], 1
-        return out, mask, dropped
-
-    def _render_body(self, q_ids, q_len, answers, width: int, pad: int):
-        """`render` without the leading tokens."""
-        batch = len(q_len)
-        if batch == 1:
-            return self._render_one(q_ids[0, : q_len[0]],
-                                    [ids[0, : n[0]] for ids, n in answers], width, pad)
-        parts = []
-        for piece in self.pieces:
-            if isinstance(piece, str) and piece == STATE:
-                parts.append(answers[-1])
-            elif isinstance(piece, str):
-                parts.append((q_ids, q_len))
-            elif isinstance(piece, int):
-                parts.append(answers[piece])
-            else:
-                parts.append((np.broadcast_to(piece, (batch, len(piece))),
-                              np.full(batch, len(piece), dtype=np.int64)))
-        total = sum(length for _, length in parts) if parts else np.zeros(batch, np.int64)
-        total_max = int(total.max()) if batch else 0
-        full = np.full((batch, max(total_max, 1)), pad, dtype=np.int64)
-        offset = np.zeros(batch, dtype=np.int64)
-        for ids, length in parts:
-            valid = np.arange(ids.shape[1])[None, :] < length[:, None]
-            r, c = np.nonzero(valid)
-            full[r, offset[r] + c] = ids[r, c]
-            offset += length
-        # right-align: episode i's tokens are full[i, :total_i]; place them to end at `width`
-        dropped = np.maximum(total - width, 0)
-        keep = total - dropped
-        out = np.full((batch, width), pad, dtype=np.int64)
-        cols = np.arange(width)[None, :]
-        start = (width - keep)[:, None]
-        mask = cols >= start
-        src = np.clip(cols - start + dropped[:, None], 0, full.shape[1] - 1)
-        out[mask] = np.take_along_axis(full, src, axis=1)[mask]
-        return out, mask.astype(np.int8), dropped
-
-    def _render_one(self, query, answers, width: int, pad: int):
-        """`render` for a single episode (the AEC env's path): one concatenate, no index maths."""
-        parts = [answers[-1] if isinstance(piece, str) and piece == STATE
-                 else query if isinstance(piece, str)
-                 else answers[piece] if isinstance(piece, int) else piece
-                 for piece in self.pieces]
-        row = np.concatenate(parts) if parts else np.zeros(0, np.int64)
-        dropped = max(len(row) - width, 0)
-        row = row[dropped:]
-        out = np.full((1, width), pad, dtype=np.int64)
-        mask = np.zeros((1, width), dtype=np.int8)
-        if len(row):
-            out[0, width - len(row):] = row
-            mask[0, width - len(row):] = 1
-        return out, mask, np.array([dropped], dtype=np.int64)
 
 
 class Episodes:
@@ -182,7 +59,7 @@ class Episodes:
         self.vocab = len(tokenizer)
         self.eos = tokenizer.eos_token_id
         self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos
-        self.n_agents, self.rounds, self.budget = n_agents, rounds, max_cycles
+        self.n_agents, self.rounds, self.max_cycles = n_agents, rounds, max_cycles
         self.n_turns = n_agents * rounds
         self.templates = (task.templates(knowledge_transfer, max(n_agents, 2)) if rounds == 1
                           else task.templates(knowledge_transfer, n_agents, rounds))
@@ -213,15 +90,15 @@ class Episodes:
         """The chain position (0: the pioneer) that plays a turn."""
         return turn % self.n_agents
 
-    def row(self, position: int) -> int:
-        """The turn whose row the agent at `position` sees now: its current or latest turn
+    def turn_of(self, position: int) -> int:
+        """The turn the agent at `position` sees now: its current or latest turn
         (its first, all padding, before it has begun)."""
         j = self.turn - (self.turn - position) % self.n_agents
         return j if j >= 0 else position
 
     def last_turn(self, position: int) -> int | None:
         """The agent's latest finished turn, or None when none has finished."""
-        j = self.row(position)
+        j = self.turn_of(position)
         if self.finished or j < self.turn:
             return j
         return j - self.n_agents if j >= self.n_agents else None
@@ -260,7 +137,7 @@ class Episodes:
         self.q_ids = np.full((b, max(int(self.q_len.max()), 1)), self.pad, dtype=np.int64)
         for i, ids in enumerate(encoded):  # once per episode, not per step
             self.q_ids[i, : len(ids)] = ids
-        k = max(self.n_turns, 2)  # a single agent keeps the observer's row empty
+        k = max(self.n_turns, 2)  # a single agent keeps the observer's turn empty
         self.ids = np.full((k, b, self.L), self.pad, dtype=np.int64)
         self.mask = np.zeros((k, b, self.L), dtype=np.int8)
         self.resp_len = np.zeros((k, b), dtype=np.int64)
@@ -286,7 +163,8 @@ class Episodes:
         self._render(turn)
         self.turn, self.t = turn, 0
         self.turn_done[:] = self.ended  # an episode already over writes nothing
-        left = None if self.budget is None else self.budget - self.acted[self.position(turn)]
+        cycles = self.max_cycles
+        left = None if cycles is None else cycles - self.acted[self.position(turn)]
         self.turn_cap = self.cap if left is None else min(self.cap, int(left))
 
     def _render(self, turn: int) -> None:
@@ -350,8 +228,8 @@ class Episodes:
             if over is not None:
                 self.ended |= check_rows(self.task, "game_over", over, self.batch).astype(bool)
         nxt = turn + 1
-        spent = self.budget is not None and nxt < self.n_turns and \
-            self.acted[self.position(nxt)] >= self.budget
+        spent = self.max_cycles is not None and nxt < self.n_turns and \
+            self.acted[self.position(nxt)] >= self.max_cycles
         done = nxt >= self.n_turns or bool(self.ended.all()) or spent
         self.truncated = spent
         if done:  # the rest of the round: its prompts, no answers
@@ -365,35 +243,35 @@ class Episodes:
         else:
             self._begin_turn(nxt)
 
-    def _append(self, slot: int, col: int, tokens: np.ndarray) -> bool:
+    def _append(self, j: int, col: int, tokens: np.ndarray) -> bool:
         """Write column col of every active episode; return True when all turns are done."""
         active = ~self.turn_done
-        self.ids[slot, :, col] = np.where(active, tokens, self.pad)
-        self.mask[slot, :, col] = active
-        self.resp_len[slot] += active
+        self.ids[j, :, col] = np.where(active, tokens, self.pad)
+        self.mask[j, :, col] = active
+        self.resp_len[j] += active
         ended = active & (tokens == self.eos)
-        self.hit_eos[slot] |= ended
+        self.hit_eos[j] |= ended
         self.turn_done |= ended
         return bool(self.turn_done.all())
 
-    def _append_one(self, slot: int, col: int, token: int) -> bool:
+    def _append_one(self, j: int, col: int, token: int) -> bool:
         """`_append` for a single episode with Python scalars (the AEC env's hot path)."""
         if self.turn_done[0]:  # its column stays padding, as in _append
             return True
-        self.ids[slot, 0, col] = token
-        self.mask[slot, 0, col] = 1
-        self.resp_len[slot, 0] += 1
+        self.ids[j, 0, col] = token
+        self.mask[j, 0, col] = 1
+        self.resp_len[j, 0] += 1
         if token == self.eos:
-            self.hit_eos[slot, 0] = True
+            self.hit_eos[j, 0] = True
             self.turn_done[0] = True
             return True
         return False
 
     # -- rewards ----------------------------------------------------------------------------
-    def responses(self, slot: int) -> list[str]:
+    def responses(self, j: int) -> list[str]:
         """Decoded response texts of one turn (EOS stripped)."""
-        lens = self.resp_len[slot] - self.hit_eos[slot]
-        rows = self.ids[slot, :, self.P:]
+        lens = self.resp_len[j] - self.hit_eos[j]
+        rows = self.ids[j, :, self.P:]
         return self.tokenizer.batch_decode([r[:n].tolist() for r, n in zip(rows, lens)],
                                            skip_special_tokens=False)
 
@@ -430,13 +308,6 @@ def check_rows(task: Task, what: str, value, batch: int, k: int | None = None) -
         raise RuntimeError(f"{what} of task {task.name!r} returned {out.shape} values (finite "
                            f"numbers expected, shape {shape})")
     return out
-
-
-def chain_context(renderers, query_len: int, max_new_tokens: int) -> int:
-    """The context length L that fits every position's longest prompt plus its answer:
-    static tokens + `query_len` per query slot + max_new_tokens per earlier answer."""
-    return max(r.static_len() + r.count(str) * query_len + r.count(int) * max_new_tokens
-               for r in renderers) + max_new_tokens
 
 
 def safe_reward(task: Task, queries: Sequence[Query], texts: Sequence[str]) -> np.ndarray:

@@ -142,7 +142,7 @@ def _finish_gguf(w, path, layers: int, hidden: int, ff: int, rand, matrices: dic
 
 
 def mechanism_measurement() -> dict:
-    """A saved mechanism measurement (`benchmarks.transfer`) with made-up intervals."""
+    """A saved mechanism measurement (`benchmarks.mechanism.measure`) with made-up intervals."""
     iv = {"mean": 0.1, "low": 0.05, "high": 0.15, "n": 3, "detectable": 0.05}
     gains = ("alone_ppo", "alone_observer_only", "as_observer_pioneer_only",
              "as_observer_observer_only")

@@ -125,7 +125,7 @@ def test_every_agents_room_says_its_job_in_one_line():
 
 # Inside agents, rooms import downward: llm < learners < training < the rooms built on training.
 # The reference LMs are built below training; whether a model has CORY's mechanism is a study,
-# measured in benchmarks (benchmarks.transfer), so no room of agents imports a higher one.
+# measured in benchmarks (benchmarks.mechanism.measure), so no room of agents imports a higher one.
 ROOMS = {"llm": 0, "learners": 1, "refmodels": 1, "training": 2, "distributed": 3,
          "interop": 3, "play": 3}
 
@@ -144,6 +144,45 @@ def test_agents_rooms_import_downward():
            for b in targets if b.startswith("agents.") and room(a) is not None
            and room(b) is not None and room(b) > room(a)]
     assert not bad, bad
+
+
+# benchmarks' rooms import downward too: what a study is asked to run, the evidence the records
+# hold, the mechanism measured and the report read from them, the study that makes them, and
+# the commands at the top.
+BENCH_ROOMS = {"settings": 0, "evidence": 1, "mechanism": 2, "report": 2, "study": 3}
+COMMAND = 4
+
+
+def bench_room(module: str) -> int:
+    parts = module.split(".")
+    if len(parts) == 1:
+        return COMMAND + 1  # the package's own __init__: the public API, above everything
+    return BENCH_ROOMS.get(parts[1], COMMAND)
+
+
+def test_benchmarks_rooms_import_downward_and_the_top_holds_only_commands():
+    g = graph()
+    bad = [(a, b) for a, targets in g.items() if a.startswith("benchmarks.")
+           for b in targets if b.startswith("benchmarks") and bench_room(b) > bench_room(a)]
+    assert not bad, bad
+    top = {p.stem for p in (ROOT / "benchmarks").glob("*.py")} - {"__init__"}
+    assert top == {"run", "why", "compare", "merge", "migrate", "calibrate"}, top
+    rooms = {p.name for p in (ROOT / "benchmarks").iterdir() if (p / "__init__.py").exists()}
+    assert rooms == set(BENCH_ROOMS), rooms
+    for room_ in rooms:  # each room says what it holds
+        doc = importlib.import_module(f"benchmarks.{room_}").__doc__ or ""
+        assert doc.strip() and len(doc.strip().splitlines()[0]) <= 100, room_
+    for name, targets in g.items():  # the commands are leaves: no room imports one
+        assert not [t for t in targets if t.startswith("benchmarks.")
+                    and bench_room(t) == COMMAND and name != t
+                    and bench_room(name) < COMMAND], name
+
+
+def test_the_run_log_lives_with_its_users_below_both():
+    """The run log (ledger, lock, code identity) serves agents.distributed and the benchmark
+    alike, so it lives in cory_common, not in a room of training that does not use it."""
+    mods = modules()
+    assert "cory_common.runlog" in mods and "agents.training.runlog" not in mods
 
 
 SOURCE = ("cory_common", "cory_env", "agents", "benchmarks", "examples", "tools")
@@ -197,7 +236,7 @@ def test_registries_are_filled_by_discovery_not_by_hand_kept_lists():
                      for n in ast.walk(node))]
         assert not loops, f"{path.name}: registers names in a loop over a hand-kept list"
     import cory_env
-    from agents.learners.base import registered_methods
+    from agents.learners.registry import registered_methods
 
     assert {"sentiment", "arithmetic", "course", "reviews", "reasoning"} <= set(
         cory_env.registered_tasks())
@@ -229,10 +268,10 @@ def test_the_mechanism_and_its_intervals_are_studies_in_benchmarks():
     """agents/ trains and plays; measuring a model's mechanism and the intervals it is read
     with are the benchmark's (one home each, nothing re-exported)."""
     mods = modules()
-    assert "benchmarks.transfer" in mods and "benchmarks.intervals" in mods
+    assert "benchmarks.mechanism.measure" in mods and "benchmarks.evidence.intervals" in mods
     assert not [m for m in mods if m.startswith("agents.") and m.rpartition(".")[2] in (
         "transfer", "intervals")]
-    stats = ast.parse((ROOT / "benchmarks/stats.py").read_text())
+    stats = ast.parse((ROOT / "benchmarks/evidence/stats.py").read_text())
     exported = next(n for n in stats.body if isinstance(n, ast.Assign)
                     and getattr(n.targets[0], "id", "") == "__all__")
     assert not {"Interval", "mean_interval", "t_quantile"} & {

@@ -4,7 +4,7 @@
     python tools/doc_commands.py --list     # the commands and how each is checked
 
 The commands are the lines of the ```bash blocks (continuation lines joined, comments cut).
-Each is checked as far as it can be without its hours of compute, GPU or earlier run folder:
+Each is checked as far as it can be without its hours of compute, GPU or earlier study folder:
 - `python -m benchmarks.run ...` runs as written with `--plan`: every setting is resolved and
   validated and the runs are listed, nothing loaded or written (a `--resume` whose folder does
   not exist yet, e.g. runs/X, and a command for another machine, a CUDA device or an absolute

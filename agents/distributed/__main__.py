@@ -20,10 +20,7 @@ import sys
 
 from cory_common import cli
 from cory_common.files import atomic_write, remove_dir, remove_orphans
-from cory_common.threads import configure
-
-from ..training.config import TrainConfig, add_train_options, catalogue, train_config_from
-from ..training.runlog import (
+from cory_common.runlog import (
     FolderBusy,
     LedgerError,
     RunLock,
@@ -32,6 +29,9 @@ from ..training.runlog import (
     code_identity,
     resume_ledger,
 )
+from cory_common.threads import configure
+
+from ..training.config import TrainConfig, add_train_options, catalogue, train_config_from
 from .ranks import DDPComm
 from .trainer import DistributedTrainer, make_accelerator
 
@@ -80,7 +80,7 @@ def parse_args(argv=None) -> tuple[argparse.Namespace, TrainConfig]:
 
 
 def claim_folder(args, accelerator) -> RunLock | None:
-    """Rank 0 locks the run folder, removes orphan temporary files and checks the code the run
+    """Rank 0 locks the study folder, removes orphan temporary files and checks the code the run
     started with (OUT/code.json); every rank learns the outcome and fails alike."""
     lock, error = None, ""
     if args.out and accelerator.is_main_process:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .base import register_method
+from .registry import register_method
 from .structure import Structure, register_structure
 
 # knowledge transfer, the collective reward and role exchange; K = 2 by default

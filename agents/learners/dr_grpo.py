@@ -10,9 +10,9 @@ averaged over the answers. The KL term is GRPO's (k3 loss by default). No critic
 
 from __future__ import annotations
 
-from .base import register_learner, register_method
 from .cory import CORY
 from .group import GroupLearner, group_stats
+from .registry import register_learner, register_method
 
 
 @register_learner("dr-grpo")

@@ -17,8 +17,8 @@ from dataclasses import replace
 
 import torch
 
-from .base import Learner, norm_groups
 from .credit import episode_returns
+from .learner import Learner, norm_groups
 
 
 class GroupLearner(Learner):

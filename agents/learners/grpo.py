@@ -13,9 +13,9 @@ group whose rewards are all equal has zero advantage (no NaN). No critic.
 
 from __future__ import annotations
 
-from .base import register_learner, register_method
 from .cory import CORY
 from .group import GroupLearner, group_stats
+from .registry import register_learner, register_method
 
 EPS = 1e-6
 

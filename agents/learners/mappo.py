@@ -21,11 +21,12 @@ from types import SimpleNamespace
 
 import torch
 
-from .base import LearnerConfig, register_learner, register_method, whiten_agents
 from .comm import Comm
 from .cory import CORY
+from .learner import LearnerConfig, whiten_agents
 from .ppo import gae, value_loss
 from .ppo_learner import PPO
+from .registry import register_learner, register_method
 from .shaping import token_rewards
 from .steps import clip_and_step, forward_passes, step_slices
 
@@ -72,7 +73,7 @@ def joint_sequence(pio, *later):
 def mappo_advantages(rewards, values, rmask, collective: bool, gamma: float, lam: float,
                      n_turns: int = 2, trajectories: list[list[int]] | None = None):
     """GAE of the (B, n*T) joint rewards of n turns over `trajectories` (lists of turns, each
-    one trajectory; by default the whole episode if collective, else each turn alone)."""
+    one trajectory; by default the whole episode if collective, else each turn by itself)."""
     T = rmask.shape[1] // n_turns
     if trajectories is None:
         trajectories = [list(range(n_turns))] if collective else [[j] for j in range(n_turns)]
@@ -105,7 +106,7 @@ class MAPPO(PPO):
 
     extra_model_names = ("critic",)
     joint_reader = ("critic",)
-    min_agents = 2  # a centralized critic over a chain: no method alone
+    min_agents = 2  # a centralized critic over a chain: no single-agent method
 
     def __init__(self, policies: dict, cfg: LearnerConfig, seed: int = 0,
                  comm: Comm | None = None, critic=None, **kwargs):

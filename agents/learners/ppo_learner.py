@@ -9,8 +9,9 @@ from dataclasses import replace
 import torch
 
 from ..llm.rollout import Turn, stack_rows
-from .base import Learner, register_learner, register_method, whiten_agents
+from .learner import Learner, whiten_agents
 from .ppo import PPOBatch, prepare_advantages
+from .registry import register_learner, register_method
 from .structure import INDEPENDENT
 
 

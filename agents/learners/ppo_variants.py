@@ -18,10 +18,10 @@ from dataclasses import replace
 import numpy as np
 
 from ..llm.sampling import SamplingConfig
-from .base import register_learner, register_method
 from .cory import CORY
-from .ppo import PPOConfig
+from .ppo_config import PPOConfig
 from .ppo_learner import PPO
+from .registry import register_learner, register_method
 
 OFFICIAL_MIN_TOKENS = 4  # the official code's LengthSampler(4, 16)
 

@@ -1,14 +1,14 @@
 """The worked example of a new learner: critic-free REINFORCE with a group baseline.
 
 Everything a learner needs fits in this file: subclass `Learner`, register it (its bare name is
-the learner alone; `cory-reinforce` is the method on CORY's structure), implement `update`.
+the learner on one agent; `cory-reinforce` is the method on CORY's structure), implement `update`.
 Here each response's return is its env reward minus kl_coef * (summed KL); the advantage is
 that return minus the mean of the global batch (every rank's rows), divided by its std
 (GRPO-style), spread over every token of the response; the clipped PPO loss is reused with the
 value loss off. It trains on rounds (`takes_rounds`): a return spans an agent's turns of an
 episode under `credit="episode"`.
 
-    python -m benchmarks.run --methods ppo,reinforce          # alone, beside PPO
+    python -m benchmarks.run --methods ppo,reinforce          # on one agent, beside PPO
     python -m benchmarks.run --methods cory,cory-reinforce    # on CORY's structure
     python -m benchmarks.run --methods reinforce/cory-no-kt   # on any registered structure
 """
@@ -19,9 +19,10 @@ from dataclasses import replace
 
 import torch
 
-from .base import Learner, norm_groups, register_learner, register_method
 from .cory import CORY
 from .credit import episode_returns
+from .learner import Learner, norm_groups
+from .registry import register_learner, register_method
 
 
 @register_learner("reinforce")

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import torch
 
-from .base import register_learner, register_method, whiten_agents
 from .cory import CORY
 from .credit import episodes_of, split_turns
 from .group import GroupLearner
+from .learner import whiten_agents
 from .ppo import gae
+from .registry import register_learner, register_method
 
 
 @register_learner("reinforce-pp")

@@ -12,9 +12,9 @@ REINFORCE). No critic.
 
 from __future__ import annotations
 
-from .base import register_learner, register_method
 from .cory import CORY
 from .group import GroupLearner, group_stats
+from .registry import register_learner, register_method
 
 
 @register_learner("rloo")

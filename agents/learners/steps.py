@@ -48,7 +48,7 @@ def forward_passes(step_idx: Tensor, attention_mask: Tensor, rows: int,
     """Split one optimizer step's rows into forward/backward passes of at most `rows` rows.
 
     With `max_tokens`, the rows are sorted by unpadded width (longest first) and packed so that
-    rows x the widest row's width stays within it; a row wider than the budget runs alone.
+    rows x the widest row's width stays within it; a row wider than the cap runs by itself.
     """
     if max_tokens is None:
         return list(step_idx.split(rows))

@@ -2,7 +2,7 @@
 
 A `Structure` is what the env is asked for (how many agents by default, whether a later agent
 reads the earlier answers, whose reward each is paid) and the role schedule (whether the
-models exchange positions every T_REx iterations). The learner (`agents.learners.base`'s
+models exchange positions every T_REx iterations). The learner (`agents.learners.registry`'s
 registry: ppo, grpo, rloo, mappo, ...) turns the rollout into updates; it never decides the
 structure.
 
@@ -67,7 +67,7 @@ def register_structure(structure: Structure) -> Structure:
 
 
 def structures() -> dict[str, Structure]:
-    """The registered structures by name (built-in ones once `agents.learners.base` registered
+    """The registered structures by name (built-in ones once `agents.learners.registry` registered
     them)."""
     return dict(_STRUCTURES)
 

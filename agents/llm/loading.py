@@ -34,9 +34,10 @@ class LoraSettings:
         for name in ("r", "alpha"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"lora {name} must be a positive integer, got {value!r}")
+                raise ValueError(f"LoraSettings.{name} must be a positive integer, got "
+                                 f"{value!r}")
         if not (isinstance(self.dropout, (int, float)) and 0 <= self.dropout < 1):
-            raise ValueError(f"lora dropout must be in [0, 1), got {self.dropout!r}")
+            raise ValueError(f"LoraSettings.dropout must be in [0, 1), got {self.dropout!r}")
 
 
 def disable_dropout(model: nn.Module) -> None:

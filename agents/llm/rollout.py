@@ -31,8 +31,8 @@ CHUNK = 32  # rows of one reference (and, where needed, full) pass
 
 @dataclass
 class Turn:
-    """One agent's finished turn over a batch; per-token tensors are (B, T). With rounds,
-    the agent's turns of every round stacked: (rounds * B, T), round-major."""
+    """One agent's finished turns of one rollout: its turn in each of the B episodes, per-token
+    tensors (B, T); with R rounds, its turns of every round stacked, (R * B, T), round-major."""
 
     agent: str
     role: str

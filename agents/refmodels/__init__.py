@@ -8,10 +8,10 @@ caches the models, `measure` writes their pre-RL report, and `python -m agents.r
 the command line. docs/offline-models.md has what the models are and what was measured.
 """
 
-from .budgets import BUDGETS, RECIPES, VERSIONS, Budget, LMRecipe
 from .measure import build_report, format_report, repeated_gap
-from .pretrain import model_dir, rebuild, reference_lm, resolve_budget
+from .pretrain import model_dir, rebuild, reference_lm, resolve_size
+from .sizes import RECIPES, SIZES, VERSIONS, LMRecipe, LMSize
 
-__all__ = ["BUDGETS", "RECIPES", "VERSIONS", "Budget", "LMRecipe", "build_report",
+__all__ = ["SIZES", "RECIPES", "VERSIONS", "LMSize", "LMRecipe", "build_report",
            "format_report", "model_dir", "rebuild", "reference_lm", "repeated_gap",
-           "resolve_budget"]
+           "resolve_size"]

@@ -1,6 +1,6 @@
 """Command line: build (once) the offline reference LMs and print their held-out reports.
 
-    python -m agents.refmodels [--tasks sentiment,arithmetic] [--budget full|tiny] [--force]
+    python -m agents.refmodels [--tasks sentiment,arithmetic] [--size full|tiny] [--force]
 
 Whether a model has CORY's mechanism (knowledge and cross-role transfer) is a study of its
 own: `python -m benchmarks.mechanism --measure sentiment`.
@@ -19,10 +19,10 @@ from cory_common import cli
 from cory_common.threads import configure
 from cory_env.data.tokenizer import TASKS
 
-from .budgets import BUDGETS
 from .data import check_task
 from .measure import format_report, repeated_gap
-from .pretrain import BUDGET_ENV, build, model_dir, rebuild, reference_lm, resolve_budget
+from .pretrain import SIZE_ENV, build, model_dir, rebuild, reference_lm, resolve_size
+from .sizes import SIZES
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -31,10 +31,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     configure(restart=__name__ == "__main__")
     if args.worker:
-        task, budget, out = args.worker
-        build(task, budget, Path(out), verbose=not args.quiet)
+        task, size, out = args.worker
+        build(task, size, Path(out), verbose=not args.quiet)
         return 0
-    budget = resolve_budget(args.budget)
+    size = resolve_size(args.size)
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     for task in tasks:
         try:
@@ -42,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ValueError as err:
             parser.error(str(err))
     for task in tasks:
-        _build(task, budget, args.force, args.gap_repeats)
+        _build(task, size, args.force, args.gap_repeats)
     return 0
 
 
@@ -52,30 +52,30 @@ def _parser() -> argparse.ArgumentParser:
                                      argument_default=argparse.SUPPRESS)
     parser.add_argument("--tasks", default=",".join(TASKS),
                         help="comma-separated tasks (default: %(default)s)")
-    parser.add_argument("--budget", default=None, choices=sorted(BUDGETS),
-                        help=f"training preset (default: ${BUDGET_ENV} or full)")
+    parser.add_argument("--size", default=None, choices=sorted(SIZES),
+                        help=f"training preset (default: ${SIZE_ENV} or full)")
     parser.add_argument("--force", action="store_true", default=False,
                         help="rebuild even if cached")
     parser.add_argument("--gap-repeats", type=int, default=0, metavar="N",
                         help="then measure each model's observer gap N more times (noise check)")
-    parser.add_argument("--worker", nargs=3, metavar=("TASK", "BUDGET", "OUT"), default=None,
+    parser.add_argument("--worker", nargs=3, metavar=("TASK", "SIZE", "OUT"), default=None,
                         help=argparse.SUPPRESS)  # internal: build into OUT (see _launch)
     parser.add_argument("--quiet", action="store_true", default=False, help=argparse.SUPPRESS)
     return parser
 
 
-def _build(task: str, budget: str, force: bool, gap_repeats: int) -> None:
+def _build(task: str, size: str, force: bool, gap_repeats: int) -> None:
     """Build (or find cached) a task's reference LM and print its report."""
     t0 = time.perf_counter()
-    cached = model_dir(task, budget).is_dir() and not force
-    path = rebuild(task, budget) if force else reference_lm(task, budget=budget)
+    cached = model_dir(task, size).is_dir() and not force
+    path = rebuild(task, size) if force else reference_lm(task, size=size)
     report = json.loads((path / "report.json").read_text())
     if cached:
         print(format_report(report))
     if not (path / "transfer.json").exists():
         print(f"[cory lm] {task}: its mechanism is not measured yet "
               f"(python -m benchmarks.mechanism --measure {task})")
-    print(f"[cory lm] {task}-{budget}: {path} "
+    print(f"[cory lm] {task}-{size}: {path} "
           f"({'cached' if cached else f'built in {time.perf_counter() - t0:.0f}s'})")
     if gap_repeats:
         r = repeated_gap(task, path, gap_repeats)

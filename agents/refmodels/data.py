@@ -1,15 +1,15 @@
 """Training sequences of the reference LMs, assembled exactly as the env assembles its prompts.
 
 The static pieces of the task's pioneer/observer templates are tokenized on their own and the
-query/response token ids are inserted as they are (see ``cory_env.core.TemplateRenderer``), so
+query/response token ids are inserted as they are (see ``cory_env.prompts.TemplateRenderer``), so
 a prompt the env shows the model has the same tokens as the pretraining data, including the
 lone space token after ``Question: `` and ``positive: `` that whole-text tokenization would
 merge into the next word.
 
 - ``sentiment``: whole generated reviews (the pioneer's job: continue a 2-8 token prefix) and,
-  a share ``RECIPES["sentiment"].mix["observer"]`` of the time (0.6 in the "full" budget), observer
+  a share ``RECIPES["sentiment"].mix["observer"]`` of the time (0.6 in the "full" size), observer
   sequences: the observer template filled with a review prefix and its next (usually 12)
-  tokens, followed by the more positive rewrite (``corpus.positivise``) of those tokens.
+  tokens, followed by the more positive rewrite (``sentiment_corpus.positivise``) of those tokens.
 - ``arithmetic``: 25% pioneer sequences (one-shot prompt, question, worked solution), 75%
   observer sequences whose ``Reference:`` is a right or wrong solution (half each, cut to the
   env's 40 response tokens), followed by the right solution.
@@ -26,12 +26,12 @@ from dataclasses import dataclass
 import torch
 
 from cory_env import make_task
-from cory_env.core import TemplateRenderer
-from cory_env.data import corpus
+from cory_env.data import arithmetic_corpus, sentiment_corpus
 from cory_env.data.tokenizer import TASKS, task_tokenizer
+from cory_env.prompts import TemplateRenderer
 from cory_env.tasks.base import Template
 
-from .budgets import MIXES
+from .sizes import MIXES
 
 TRAIN_SEED, HELDOUT_SEED = 31, 97  # corpus seeds; the env's queries use seeds 0/1 and 1000/1001
 
@@ -85,7 +85,7 @@ class TrainingData:
     # -- sentiment ------------------------------------------------------------------------
     def reviews(self, n: int, seed: int) -> list[list[int]]:
         """Token ids of ``n`` generated reviews (the env cuts its prefixes from such ids)."""
-        texts = [t for t, _ in corpus.sentiment_reviews(n, seed)]
+        texts = [t for t, _ in sentiment_corpus.sentiment_reviews(n, seed)]
         return self.tok(texts, add_special_tokens=False)["input_ids"]
 
     def split_review(self, ids: list[int], rng: random.Random) -> tuple[list, list]:
@@ -97,7 +97,7 @@ class TrainingData:
     def rewrite(self, query: list[int], cont: list[int], rng: random.Random) -> list[int]:
         """The more positive version of ``cont`` as tokens that follow ``query``."""
         q_text = self.tok.decode(query)
-        new = corpus.positivise(self.tok.decode(cont), rng)
+        new = sentiment_corpus.positivise(self.tok.decode(cont), rng)
         whole = self.tok.encode(q_text + new, add_special_tokens=False)
         if whole[: len(query)] == list(query):
             return whole[len(query):]
@@ -105,7 +105,7 @@ class TrainingData:
 
     def positive_continuations(self, n: int, seed: int) -> dict[tuple, list[list[int]]]:
         """Positive reviews by their 2-8 token prefixes: prefix -> the tokens that follow."""
-        texts = [t for t, label in corpus.sentiment_reviews(n, seed) if label == 1]
+        texts = [t for t, label in sentiment_corpus.sentiment_reviews(n, seed) if label == 1]
         out: dict[tuple, list[list[int]]] = {}
         for ids in self.tok(texts, add_special_tokens=False)["input_ids"]:
             for k in range(2, min(9, len(ids))):
@@ -136,12 +136,12 @@ class TrainingData:
     def _arithmetic(self, n: int, seed: int, split: str) -> list[tuple[list[int], list[int]]]:
         rng = random.Random(f"lm-arithmetic:{seed}")
         out = []
-        for p in corpus.arithmetic_problems(n, seed, split):
+        for p in arithmetic_corpus.arithmetic_problems(n, seed, split):
             q = self.tok.encode(p["question"], add_special_tokens=False)
             answer = self.solution_ids(p["solution"])
             if rng.random() < self.mix["observer"]:
                 right = rng.random() < self.mix["right_reference"]
-                ref = p["solution"] if right else corpus.wrong_solution(rng, p)
+                ref = p["solution"] if right else arithmetic_corpus.wrong_solution(rng, p)
                 ref_ids = self.solution_ids(ref)[: self.max_new]  # as long as the env allows
                 out.append((_assemble(self.obs, q, ref_ids), answer))
             else:

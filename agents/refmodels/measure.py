@@ -21,15 +21,15 @@ import torch
 
 import cory_env
 from cory_env import Query
-from cory_env.data import corpus
+from cory_env.data import arithmetic_corpus, sentiment_corpus
 from cory_env.tasks.base import last_number
 
 from ..llm.policy import LLMPolicy
 from ..llm.rollout import play_turn
 from ..llm.sampling import SamplingConfig
 from ..llm.speed import threads
-from .budgets import BUDGETS, Budget
 from .data import HELDOUT_SEED, Sequences, TrainingData, check_task, pad_rows
+from .sizes import SIZES, LMSize
 
 SAMPLED, GREEDY = SamplingConfig(), SamplingConfig(top_k=1)
 
@@ -88,14 +88,14 @@ _WORD = re.compile(r"[A-Za-z0-9']+")
 
 def content_words(text: str, skip_first: bool = False) -> list[str]:
     """Lower-cased words of ``text`` that are neither stopwords nor sentiment words."""
-    positive, negative = corpus.sentiment_lexicon()
+    positive, negative = sentiment_corpus.sentiment_lexicon()
     words = [w.lower() for w in _WORD.findall(text)]
     if skip_first and words:
         words = words[1:]
     return [w for w in words if w not in _STOPWORDS and w not in positive | negative]
 
 
-def _sentiment_copy(model, data: TrainingData, b: Budget, gen) -> dict:
+def _sentiment_copy(model, data: TrainingData, b: LMSize, gen) -> dict:
     """Observer shown a held-out prefix + its real continuation: share of content words kept."""
     rng = random.Random("lm-copy")
     queries, conts = [], []
@@ -118,14 +118,14 @@ def _sentiment_copy(model, data: TrainingData, b: Budget, gen) -> dict:
             "rewrite_reward": float(ep["observer"]["rewards"].mean())}
 
 
-def _arithmetic_copy(model, data: TrainingData, b: Budget, gen) -> dict:
+def _arithmetic_copy(model, data: TrainingData, b: LMSize, gen) -> dict:
     """Observer shown a right (or wrong) held-out solution: how often it answers with it."""
-    problems = corpus.arithmetic_problems(b.eval_episodes, HELDOUT_SEED + 1, "test")
+    problems = arithmetic_corpus.arithmetic_problems(b.eval_episodes, HELDOUT_SEED + 1, "test")
     queries = [Query(text=p["question"], answer=p["answer"]) for p in problems]
     env = cory_env.BatchedCoryEnv(batch_size=len(queries), task=data.name, split="test")
     rng = random.Random("lm-copy")
     right = [data.solution_ids(p["solution"]) for p in problems]
-    wrong_text = [corpus.wrong_solution(rng, p) for p in problems]
+    wrong_text = [arithmetic_corpus.wrong_solution(rng, p) for p in problems]
     wrong = [data.solution_ids(w) for w in wrong_text]
     out = {}
     ep = play_episode(model, env, queries, gen,
@@ -141,7 +141,7 @@ def _arithmetic_copy(model, data: TrainingData, b: Budget, gen) -> dict:
     return out
 
 
-def _gap(model, data: TrainingData, b: Budget, gen) -> tuple[dict, list[dict]]:
+def _gap(model, data: TrainingData, b: LMSize, gen) -> tuple[dict, list[dict]]:
     """Mean task rewards with and without knowledge transfer on the env's test queries."""
     idx = list(range(b.eval_episodes))
     res, samples = {}, []
@@ -185,7 +185,7 @@ def repeated_gap(task: str, path: str | Path, repeats: int = 6) -> dict:
 
 
 def _saved_model(task: str, path: str | Path, model=None) -> tuple:
-    """(model in eval mode, build.json contents, the Budget it was built with) of a model folder."""
+    """(model in eval mode, build.json contents, the LMSize it was built with) of a model folder."""
     from transformers import GPT2LMHeadModel
 
     check_task(task)
@@ -194,8 +194,9 @@ def _saved_model(task: str, path: str | Path, model=None) -> tuple:
         model = GPT2LMHeadModel.from_pretrained(str(path))
     model.eval()
     meta = json.loads((path / "build.json").read_text()) if (path / "build.json").exists() else {}
-    settings = meta.get("budget_settings")
-    b = Budget(**settings) if settings else BUDGETS[meta.get("budget", "full")][task]
+    meta.setdefault("size", meta.get("budget"))  # a model cached before the size's rename
+    settings = meta.get("size_settings") or meta.get("budget_settings")
+    b = LMSize(**settings) if settings else SIZES[meta.get("size", "full")][task]
     return model, meta, b
 
 
@@ -214,7 +215,7 @@ def build_report(task: str, path: str | Path, *, model=None) -> dict:
         return _measure(task, model, meta, b)
 
 
-def _measure(task: str, model, meta: dict, b: Budget) -> dict:
+def _measure(task: str, model, meta: dict, b: LMSize) -> dict:
     """The measurements of `build_report` (see there)."""
     data = TrainingData(task)
     gen = torch.Generator().manual_seed(b.seed + 1)
@@ -222,7 +223,7 @@ def _measure(task: str, model, meta: dict, b: Budget) -> dict:
     heldout = data.sequences(b.n_heldout, HELDOUT_SEED, heldout=True)
     report = {
         "task": task,
-        "budget": meta.get("budget"),
+        "size": meta.get("size"),
         "model": {"n_params": sum(p.numel() for p in model.parameters()),
                   "n_layer": model.config.n_layer, "n_embd": model.config.n_embd,
                   "n_head": model.config.n_head, "n_positions": model.config.n_positions,
@@ -248,7 +249,7 @@ def _measure(task: str, model, meta: dict, b: Budget) -> dict:
 def format_report(r: dict) -> str:
     """A compact, human-readable summary of a report."""
     m, g, c = r["model"], r["gap"], r["copy"]
-    lines = [f"[cory lm] {r['task']}-{r['budget']}: {m['n_params'] / 1e6:.2f}M params "
+    lines = [f"[cory lm] {r['task']}-{r['size']}: {m['n_params'] / 1e6:.2f}M params "
              f"({m['n_layer']}x{m['n_embd']}), held-out ppl {r['heldout_perplexity']:.2f} "
              f"(responses {r['heldout_response_perplexity']:.2f})"]
     if r.get("train"):

@@ -7,7 +7,7 @@ The sequences are `data.TrainingData`'s. The arithmetic loss weighs the prompt's
 (mostly names and objects of the question, never generated) 0.2, so the model's capacity goes
 to the solutions, and the one-shot prompt that all rows of a batch share is computed once per
 batch (``lm_loss``). Training is seeded, its data order fixed and its thread count fixed per
-budget, so a build is reproducible on a given kind of machine. After training, ``build``
+size, so a build is reproducible on a given kind of machine. After training, ``build``
 writes the measurements of ``measure.build_report`` to ``report.json`` in the model folder.
 
 A multi-threaded build runs in a child process whose OpenMP wait policy suits the machine's
@@ -35,53 +35,53 @@ from cory_common.threads import POLICY, policy_in_force, wait_choice
 
 from ..llm.loading import cache_kwarg
 from ..llm.speed import threads
-from .budgets import BUDGETS, VERSIONS, Budget
 from .data import TRAIN_SEED, Sequences, TrainingData, batches, check_task, pad_rows
 from .measure import build_report, format_report
+from .sizes import SIZES, VERSIONS, LMSize
 
-BUDGET_ENV = "CORY_LM_BUDGET"
+SIZE_ENV = "CORY_LM_SIZE"
 
 
-def resolve_budget(budget: str | None = None) -> str:
-    """The budget name: ``budget``, else ``$CORY_LM_BUDGET``, else "full"."""
-    name = budget or os.environ.get(BUDGET_ENV) or "full"
-    if name not in BUDGETS:
-        raise ValueError(f"unknown LM budget {name!r}; expected one of {sorted(BUDGETS)}")
+def resolve_size(size: str | None = None) -> str:
+    """The size name: ``size``, else ``$CORY_LM_SIZE``, else "full"."""
+    name = size or os.environ.get(SIZE_ENV) or "full"
+    if name not in SIZES:
+        raise ValueError(f"unknown LM size {name!r}; expected one of {sorted(SIZES)}")
     return name
 
 
-def model_dir(task: str, budget: str | None = None) -> Path:
-    """Where the model of ``task`` and ``budget`` is (or will be) cached."""
+def model_dir(task: str, size: str | None = None) -> Path:
+    """Where the model of ``task`` and ``size`` is (or will be) cached."""
     check_task(task)
-    return cache_dir() / "models" / f"{task}-{resolve_budget(budget)}-{VERSIONS[task]}"
+    return cache_dir() / "models" / f"{task}-{resolve_size(size)}-{VERSIONS[task]}"
 
 
-def reference_lm(task: str, *, budget: str | None = None, verbose: bool = True) -> Path:
+def reference_lm(task: str, *, size: str | None = None, verbose: bool = True) -> Path:
     """Return the folder of ``task``'s pretrained GPT-2 LM and tokenizer, building it once.
 
     The folder holds ``save_pretrained`` output of a ``GPT2LMHeadModel`` and of the task's
-    tokenizer, plus ``report.json`` (see ``build_report``). ``budget`` picks a preset of
-    ``BUDGETS`` ("full" by default, or ``$CORY_LM_BUDGET``; "tiny" is for tests).
+    tokenizer, plus ``report.json`` (see ``build_report``). ``size`` picks a preset of
+    ``SIZES`` ("full" by default, or ``$CORY_LM_SIZE``; "tiny" is for tests).
     """
-    name = resolve_budget(budget)
+    name = resolve_size(size)
     final = model_dir(task, name)
     return cached_dir(final, lambda out: _launch(task, name, out, verbose=verbose))
 
 
-def _launch(task: str, budget: str, out: Path, verbose: bool = True) -> None:
+def _launch(task: str, size: str, out: Path, verbose: bool = True) -> None:
     """Run ``build``: in this process, or in a child whose OpenMP threads suit the load.
 
     OpenMP's wait policy can only be set before torch loads, hence the child process when the
     policy the rule chooses (`cory_common.threads.wait_choice`) is not the one in force here.
     """
     wait = wait_choice()
-    if BUDGETS[budget][task].threads == 1 or wait.get(POLICY) == policy_in_force():
-        build(task, budget, out, verbose=verbose)
+    if SIZES[size][task].threads == 1 or wait.get(POLICY) == policy_in_force():
+        build(task, size, out, verbose=verbose)
         return
     root = str(Path(__file__).resolve().parents[2])
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, **wait, "PYTHONPATH": path}
-    cmd = [sys.executable, "-m", "agents.refmodels", "--worker", task, budget, str(out)]
+    cmd = [sys.executable, "-m", "agents.refmodels", "--worker", task, size, str(out)]
     if verbose:
         print(f"[cory lm] build child with {' '.join(f'{k}={v}' for k, v in wait.items())}",
               flush=True)
@@ -90,7 +90,7 @@ def _launch(task: str, budget: str, out: Path, verbose: bool = True) -> None:
     subprocess.run(cmd, env=env, check=True)
 
 
-def _lr_lambda(b: Budget) -> Callable[[int], float]:
+def _lr_lambda(b: LMSize) -> Callable[[int], float]:
     """Linear warm-up, then cosine decay to ``min_lr_ratio``."""
     def f(step: int) -> float:
         if step < b.warmup:
@@ -100,7 +100,7 @@ def _lr_lambda(b: Budget) -> Callable[[int], float]:
     return f
 
 
-def _new_model(vocab: int, eos: int, b: Budget):
+def _new_model(vocab: int, eos: int, b: LMSize):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     # gelu_pytorch_tanh: GPT-2's tanh GELU as one fused op (HF's default is five Python ops)
@@ -161,7 +161,7 @@ def _fast_bf16() -> bool:
     return bool(re.search(r"\b(avx512_bf16|amx_bf16)\b", flags))
 
 
-def _train(model, seqs: Sequences, b: Budget, pad: int, log=print) -> dict:
+def _train(model, seqs: Sequences, b: LMSize, pad: int, log=print) -> dict:
     """AdamW on the padded sequences (loss on every real token, EOS included)."""
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "wpe" not in n]
     other = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "wpe" not in n)]
@@ -192,10 +192,10 @@ def _train(model, seqs: Sequences, b: Budget, pad: int, log=print) -> dict:
             "autocast": "bf16" if bf16 else "none", "threads": torch.get_num_threads()}
 
 
-def build(task: str, budget: str, out: Path, verbose: bool = True) -> None:
-    """Train ``task``'s LM with ``budget`` into ``out``; write its report there."""
+def build(task: str, size: str, out: Path, verbose: bool = True) -> None:
+    """Train ``task``'s LM with ``size`` into ``out``; write its report there."""
     log = print if verbose else None
-    b = BUDGETS[budget][task]
+    b = SIZES[size][task]
     with threads(b.threads):
         t0 = time.perf_counter()
         data = TrainingData(task, dict(b.mix))
@@ -206,14 +206,14 @@ def build(task: str, budget: str, out: Path, verbose: bool = True) -> None:
         model = _new_model(len(data.tok), data.eos, b)
         if log:
             n = sum(p.numel() for p in model.parameters())
-            log(f"[cory lm] building {task}-{budget}: {n / 1e6:.2f}M params, "
+            log(f"[cory lm] building {task}-{size}: {n / 1e6:.2f}M params, "
                 f"{len(seqs.ids)} sequences, data {time.perf_counter() - t0:.1f}s")
         train = _train(model, seqs, b, data.eos, log)
 
         model.save_pretrained(str(out))
         data.tok.save_pretrained(str(out))
-        meta = {"task": task, "budget": budget, "version": VERSIONS[task],
-                "budget_settings": asdict(b),
+        meta = {"task": task, "size": size, "version": VERSIONS[task],
+                "size_settings": asdict(b),
                 "train": train, "build_seconds": None}
         (out / "build.json").write_text(json.dumps(meta, indent=1))
         report = build_report(task, out, model=model)
@@ -224,7 +224,7 @@ def build(task: str, budget: str, out: Path, verbose: bool = True) -> None:
             log(format_report(report))
 
 
-def rebuild(task: str, budget: str, verbose: bool = True) -> Path:
+def rebuild(task: str, size: str, verbose: bool = True) -> Path:
     """Build anew even if cached: the old folder is moved aside, then removed."""
-    remove_dir(model_dir(task, budget))
-    return reference_lm(task, budget=budget, verbose=verbose)
+    remove_dir(model_dir(task, size))
+    return reference_lm(task, size=size, verbose=verbose)

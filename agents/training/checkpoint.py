@@ -18,7 +18,7 @@ import torch
 from cory_common.cli import flatten
 from cory_common.files import atomic_write
 
-FORMAT = 4  # 4: the KL controller keeps "coef"; 3: the batch stored once; 2: the rotation alone
+FORMAT = 4  # 4: the KL controller keeps "coef"; 3: the batch stored once; 2: only the rotation
 # Settings a resumed run may change: they do not change what the next iterations compute.
 RESUMABLE_CHANGES = ("iterations", "device", "placement")
 

@@ -23,13 +23,9 @@ from cory_common.pretrained import check_model
 from cory_env import EnvConfig, make_task, registered_tasks, task_defaults
 from cory_env.chain import agent_names
 
-from ..learners.base import (
-    LearnerConfig,
-    registered_methods,
-    registered_structures,
-    resolve_method,
-)
-from ..learners.ppo import PPOConfig
+from ..learners.learner import LearnerConfig
+from ..learners.ppo_config import PPOConfig
+from ..learners.registry import registered_methods, registered_structures, resolve_method
 from ..llm.engine import DECODE_PATHS
 from ..llm.loading import LoraSettings, check_adapter_base, check_weights, model_positions
 from ..llm.sampling import SamplingConfig

@@ -6,7 +6,7 @@
     for metrics in trainer.run():
         print(metrics["llm_0"]["task_reward"])
 
-A method is a learner on a structure (`agents.learners.base.resolve_method`): a registered name
+A method is a learner on a structure (`agents.learners.registry.resolve_method`): a registered name
 (`registered_methods()`) or `learner/structure`. Its settings are a TrainConfig
 (`agents.training.config`).
 """
@@ -25,8 +25,8 @@ from cory_common.pretrained import load_tokenizer, resolve_model
 from cory_env import BatchedCoryEnv, make_task, offline_model
 from cory_env.chain import agent_names
 
-from ..learners.base import resolve_method
 from ..learners.comm import Comm
+from ..learners.registry import resolve_method
 from ..llm.engine import attach, decodes_fast
 from ..llm.loading import config_positions
 from ..llm.policy import LLMPolicy

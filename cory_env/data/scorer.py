@@ -17,7 +17,7 @@ import numpy as np
 
 from cory_common.files import cache_dir, cached_dir
 
-from . import corpus
+from . import sentiment_corpus
 
 _TOKEN = re.compile(r"[a-z0-9']+|[.,;:!?]")
 _NEGATORS = {"not", "never", "hardly", "no", "without", "nor"}
@@ -97,14 +97,14 @@ def _with_prefixes(reviews: list[tuple[str, int]], seed: int) -> list[tuple[str,
 
 def _train_scorer(out: Path) -> None:
     """Fit the scorer on generated reviews, measure held-out accuracy, save it to ``out``."""
-    train = _with_prefixes(corpus.sentiment_reviews(_N_TRAIN, _TRAIN_SEED), _TRAIN_SEED)
+    train = _with_prefixes(sentiment_corpus.sentiment_reviews(_N_TRAIN, _TRAIN_SEED), _TRAIN_SEED)
     features = [_features(t) for t, _ in train]
     counts = Counter(chain.from_iterable(set(f) for f in features))
     vocab = sorted(f for f, c in counts.items() if c >= 2)
     index = {f: i for i, f in enumerate(vocab)}
     rows, cols = _sparse(features, index)
     weights = _fit(rows, cols, np.array([y for _, y in train], float), len(vocab) + 1)
-    heldout = corpus.sentiment_reviews(_N_HELDOUT, _HELDOUT_SEED)
+    heldout = sentiment_corpus.sentiment_reviews(_N_HELDOUT, _HELDOUT_SEED)
     scorer = SentimentScorer(index, weights, 0.0)
     pred = scorer([t for t, _ in heldout]) > 0
     accuracy = float(np.mean(pred == np.array([y for _, y in heldout], bool)))

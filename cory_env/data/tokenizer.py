@@ -13,7 +13,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from cory_common.files import cache_dir, cached_dir
 
-from . import corpus
+from . import arithmetic_corpus, corpus, sentiment_corpus
 
 EOS = "<|endoftext|>"
 _TOKENIZER_TEXTS = 4000
@@ -30,10 +30,11 @@ class TokenizerRecipe:
     templates: tuple[str, ...]
 
 
-# One recipe per offline task (the agents' side of each is `agents/refmodels/budgets.py`).
+# One recipe per offline task (the agents' side of each is `agents/refmodels/sizes.py`).
 RECIPES = {
-    "sentiment": TokenizerRecipe(1024, "v1", (corpus.REWRITE_TEMPLATE.format(text="", query=""),)),
-    "arithmetic": TokenizerRecipe(768, "v2", (corpus.arith_prompt("", ""),)),
+    "sentiment": TokenizerRecipe(
+        1024, "v1", (sentiment_corpus.REWRITE_TEMPLATE.format(text="", query=""),)),
+    "arithmetic": TokenizerRecipe(768, "v2", (arithmetic_corpus.arith_prompt("", ""),)),
 }
 TASKS = tuple(RECIPES)
 

@@ -10,8 +10,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..data.corpus import ARITH_ONE_SHOT, arithmetic_problems, sentiment_reviews
+from ..data.arithmetic_corpus import ARITH_ONE_SHOT, arithmetic_problems
 from ..data.scorer import sentiment_scorer
+from ..data.sentiment_corpus import sentiment_reviews
 from .base import Query, Task, exact_match_reward, register_task
 from .hf import IMDB_OBSERVER, prefix_queries, reference_chain, rewrite_chain
 

@@ -8,7 +8,7 @@ import os
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from agents.learners.ppo import KLConfig, PPOConfig
+from agents.learners.ppo_config import KLConfig, PPOConfig
 from agents.training.config import TrainConfig
 from cory_env.tasks.course import course_tokenizer
 

@@ -8,15 +8,16 @@ from __future__ import annotations
 import tempfile
 from dataclasses import replace
 
-from agents.learners.base import Learner, register_learner, register_method
 from agents.learners.cory import CORY
+from agents.learners.learner import Learner
+from agents.learners.registry import register_learner, register_method
 from agents.training.train import Trainer
 from cory_common import cli
 
 from .common import course_config, course_lm
 
 
-@register_learner("reinforce-ema")  # the method reinforce-ema: the learner alone
+@register_learner("reinforce-ema")  # the method reinforce-ema: the learner on one agent
 class ReinforceEMA(Learner):
     """REINFORCE: advantage = return - moving average of past returns; no critic."""
 

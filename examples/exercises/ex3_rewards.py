@@ -14,8 +14,8 @@ import tempfile
 
 import torch
 
-from agents.learners.base import register_learner
 from agents.learners.ppo_learner import PPO
+from agents.learners.registry import register_learner
 from agents.training.train import Trainer
 from cory_common import cli
 

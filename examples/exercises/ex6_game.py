@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import time
 
-import torch
-
 import cory_env
-from agents.learners.ppo import KLConfig, PPOConfig
+from agents.learners.ppo_config import KLConfig, PPOConfig
 from agents.training.config import TrainConfig
 from agents.training.train import Trainer
 from cory_common import cli
+from cory_common.checks import check_int
+from cory_common.threads import configure
 from cory_env.tasks.games import listed_moves
 
 
@@ -57,16 +57,20 @@ def play(pioneer, observer, games: int) -> dict[str, float]:
     return {agent: total / games for agent, total in totals.items()}
 
 
-def train(model: str, iterations: int, batch: int, seed: int = 0) -> list[float]:
-    """PPO for player 0 against the `first` rule; the mean outcome of each iteration, printed
-    as it comes."""
+def config(model: str, iterations: int, batch: int, seed: int = 0) -> TrainConfig:
+    """The training of player 0 against the `first` rule (checked: a bad value is named)."""
     ppo = PPOConfig(mini_batch_size=batch, lr=1e-5,
                     kl=KLConfig(coef=0.05, penalty="kl", scale_horizon=False))
-    cfg = TrainConfig(task="game", task_options={"opponent": "first"}, method="ppo",
-                      model=model, rounds=5, max_new_tokens=4, iterations=iterations,
-                      batch_size=batch, seed=seed, ppo=ppo)
-    print(f"loading {model} and training player 0 for {iterations} iterations of {batch} "
-          f"games...", flush=True)
+    return TrainConfig(task="game", task_options={"opponent": "first"}, method="ppo",
+                       model=model, rounds=5, max_new_tokens=4, iterations=iterations,
+                       batch_size=batch, seed=seed, ppo=ppo).validate()
+
+
+def train(cfg: TrainConfig) -> list[float]:
+    """PPO for player 0 against the `first` rule; the mean outcome of each iteration, printed
+    as it comes."""
+    print(f"loading {cfg.model} and training player 0 for {cfg.iterations} iterations of "
+          f"{cfg.batch_size} games...", flush=True)
     curve, start = [], time.perf_counter()
     for m in Trainer(cfg).run():
         curve.append(m["llm_0"]["task_reward"])
@@ -84,14 +88,19 @@ def main(argv=None) -> dict:
     p.add_argument("--batch", type=int, default=8, help="games per iteration (default: 8)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: every core)")
     args = p.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    try:  # every value checked before the first game is played
+        for flag, low in (("games", 1), ("iterations", 1), ("batch", 1), ("threads", 0)):
+            check_int(f"--{flag}", getattr(args, flag), low)
+        cfg = config(args.model, args.iterations, args.batch)
+    except ValueError as err:
+        p.error(str(err))
+    configure(args.threads, restart=__name__ == "__main__")
     rules = {"first -> first": (first, first), "centre -> first": (centre, first),
              "first -> centre": (first, centre)}
     results = {name: play(a, b, args.games) for name, (a, b) in rules.items()}
     for name, outcome in results.items():
         print(f"{name:16s} player 0 {outcome['llm_0']:+.2f}  player 1 {outcome['llm_1']:+.2f}")
-    curve = train(args.model, args.iterations, args.batch)
+    curve = train(cfg)
     print("model (player 0) against `first`, mean outcome per iteration:",
           " ".join(f"{x:+.2f}" for x in curve))
     return {"rules": results, "trained": curve}

@@ -7,7 +7,7 @@ import torch
 from helpers import ToyTask
 
 import cory_env
-from agents.learners.ppo import KLConfig, PPOConfig
+from agents.learners.ppo_config import KLConfig, PPOConfig
 from agents.learners.ppo_variants import drawn_length
 from agents.training.config import TrainConfig
 from agents.training.train import Trainer

@@ -13,7 +13,7 @@ from helpers import ToyTask, save_toy_lm, toy_tokenizer
 import cory_env
 from agents.learners.cory import rotation
 from agents.learners.mappo import joint_sequence
-from agents.learners.ppo import KLConfig, PPOConfig
+from agents.learners.ppo_config import KLConfig, PPOConfig
 from agents.llm.loading import LoraSettings
 from agents.training.config import TrainConfig
 from agents.training.train import Trainer
@@ -215,7 +215,7 @@ def test_every_position_after_the_pioneer_reports_its_copy_rate(monkeypatch):
     repeated the previous position's answer verbatim."""
     from types import SimpleNamespace
 
-    import agents.learners.base as base
+    import agents.learners.registry as base
 
     learner = base.Learner.__new__(base.Learner)
     learner.agents, learner.cfg = {}, SimpleNamespace(report_kl_coef=0.0)

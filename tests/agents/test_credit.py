@@ -10,7 +10,8 @@ from helpers import ToyTask
 import cory_env
 from agents.learners.credit import episode_returns, episodes_of, split_turns
 from agents.learners.mappo import episode_order, joint_sequence, view
-from agents.learners.ppo import KLConfig, PPOConfig, gae
+from agents.learners.ppo import gae
+from agents.learners.ppo_config import KLConfig, PPOConfig
 from agents.llm.rollout import rollout
 from agents.training.config import TrainConfig
 from agents.training.train import Trainer
@@ -96,7 +97,7 @@ def test_the_group_and_critic_free_learners_train_on_rounds(toy_lm, method):
 
 def test_credit_across_turns_learns_what_per_turn_credit_cannot(toy_lm):
     """Paid at the end for what round 1 said: GAE across the agent's two turns carries the
-    reward back to round 1's tokens and the score rises; with each turn alone round 1 is
+    reward back to round 1's tokens and the score rises; with each turn by itself round 1 is
     never paid and it does not."""
     curves = {}
     for credit in ("episode", "turn"):

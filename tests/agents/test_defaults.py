@@ -9,8 +9,9 @@ import pytest
 from helpers import ToyTask
 
 import cory_env
-from agents.learners.base import Learner, register_learner, resolve_method
-from agents.learners.ppo import KLConfig, PPOConfig
+from agents.learners.learner import Learner
+from agents.learners.ppo_config import KLConfig, PPOConfig
+from agents.learners.registry import register_learner, resolve_method
 from agents.training.config import TrainConfig
 from cory_common.cli import flatten
 
@@ -41,12 +42,12 @@ def test_a_default_mini_batch_fits_a_smaller_batch_whatever_else_is_set():
 
 
 def test_presets_state_only_what_differs_from_the_defaults():
-    from benchmarks.presets import IMDB_PPO, PRESETS, gsm8k_ppo
+    from benchmarks.settings.presets import IMDB_PPO, PRESETS, gsm8k_ppo
 
     assert list(differences(IMDB_PPO, PPOConfig())) == ["lr", "mini_batch_size"]
     assert set(differences(gsm8k_ppo("cory"), PPOConfig())) == {
         "mini_batch_size", "grad_accum_steps", "kl.coef", "kl.adaptive"}  # lr 1e-4 = default
-    from benchmarks.config import SETTINGS, BenchConfig, setting
+    from benchmarks.settings.config import SETTINGS, BenchConfig, setting
 
     base = BenchConfig()
     for name, preset in PRESETS.items():

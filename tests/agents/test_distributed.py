@@ -36,7 +36,7 @@ cory_env.register_task("shardtoy", ShardToyTask)
 
 
 def config(model, method="cory", **kw):
-    from agents.learners.ppo import KLConfig, PPOConfig
+    from agents.learners.ppo_config import KLConfig, PPOConfig
     from agents.training.config import TrainConfig
 
     batch = kw.pop("batch_size", 8)
@@ -494,7 +494,7 @@ def test_fsdp_refuses_what_it_cannot_shard():
 
 def test_a_token_cap_or_compiled_passes_are_refused_across_processes():
     from agents.distributed.trainer import check_single_process_options
-    from agents.learners.ppo import PPOConfig
+    from agents.learners.ppo_config import PPOConfig
     from agents.training.config import TrainConfig
 
     capped = TrainConfig(batch_size=8, ppo=PPOConfig(mini_batch_size=8,

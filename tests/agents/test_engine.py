@@ -15,7 +15,8 @@ from transformers import (
     LlamaForCausalLM,
 )
 
-from agents.learners.ppo import PPOBatch, PPOConfig, policy_loss
+from agents.learners.ppo import PPOBatch, policy_loss
+from agents.learners.ppo_config import PPOConfig
 from agents.learners.shaping import truncated_is_weights
 from agents.llm.engine import DecodeEngine, StaticCache, attach
 from agents.llm.loading import LoraSettings
@@ -213,7 +214,7 @@ def test_fast_rollouts_log_the_mismatch_and_weigh_the_loss(task_llama):
 def test_the_exact_path_is_the_default_and_a_folders_choice_is_kept():
     import dataclasses
 
-    from benchmarks.config import BenchConfig, from_saved
+    from benchmarks.settings.config import BenchConfig, from_saved
 
     saved = dataclasses.asdict(BenchConfig())
     assert saved["train"]["decode"] == "exact" == TrainConfig().decode

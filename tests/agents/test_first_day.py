@@ -16,9 +16,9 @@ from helpers import ToyTask, save_toy_lm
 from transformers import GPT2Config, GPT2LMHeadModel
 
 import cory_env
-from agents.learners.base import register_learner, registered_methods
-from agents.learners.ppo import KLConfig, PPOConfig
+from agents.learners.ppo_config import KLConfig, PPOConfig
 from agents.learners.ppo_learner import PPO
+from agents.learners.registry import register_learner, registered_methods
 from agents.training.config import TrainConfig
 from agents.training.train import Trainer
 from cory_common import plugins
@@ -41,7 +41,7 @@ def numbers(metrics):
 
 # ----------------------------------------------------------------------------- plug-ins
 PLUGIN = textwrap.dedent('''
-    from agents.learners.base import register_learner
+    from agents.learners.registry import register_learner
     from agents.learners.ppo_learner import PPO
     from cory_env import register_task
     from cory_env.tasks.offline import SentimentTask

@@ -9,10 +9,12 @@ import torch
 from helpers import ToyTask
 
 import cory_env
-from agents.learners.base import joint_whiten, resolve_method
 from agents.learners.dr_grpo import DrGRPO
 from agents.learners.grpo import GRPO
-from agents.learners.ppo import KLConfig, PPOConfig, aggregate, policy_loss
+from agents.learners.learner import joint_whiten
+from agents.learners.ppo import aggregate, policy_loss
+from agents.learners.ppo_config import KLConfig, PPOConfig
+from agents.learners.registry import resolve_method
 from agents.learners.rloo import RLOO
 from agents.llm.policy import LLMPolicy
 from agents.llm.rollout import play_turn

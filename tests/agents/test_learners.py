@@ -7,10 +7,11 @@ import torch
 from helpers import ToyTask, needs_cxx
 
 import cory_env
-from agents.learners.base import registered_methods
 from agents.learners.cory import rotation
 from agents.learners.mappo import compact, joint_gae, uncompact
-from agents.learners.ppo import KLConfig, PPOConfig, gae
+from agents.learners.ppo import gae
+from agents.learners.ppo_config import KLConfig, PPOConfig
+from agents.learners.registry import registered_methods
 from agents.llm.rollout import rollout
 from agents.training.config import TrainConfig
 from agents.training.train import Trainer

@@ -11,7 +11,7 @@ from helpers import ToyTask
 
 import cory_env
 from agents.learners.mappo import joint_sequence, mappo_advantages
-from agents.learners.ppo import KLConfig, PPOConfig
+from agents.learners.ppo_config import KLConfig, PPOConfig
 from agents.training.config import TrainConfig
 from agents.training.train import Trainer
 
@@ -161,8 +161,8 @@ def test_a_non_finite_critic_gradient_is_skipped_not_applied(toy_lm):
 
 
 def test_individual_mode_is_accepted_and_trains(toy_lm):
-    from agents.learners.base import register_learner
     from agents.learners.mappo import MAPPO
+    from agents.learners.registry import register_learner
 
     @register_learner("mappo-individual-test")
     class MAPPOIndividual(MAPPO):

@@ -11,11 +11,9 @@ import pytest
 import torch
 from torch import nn
 
-from agents.learners.base import LearnerConfig
+from agents.learners.learner import LearnerConfig
 from agents.learners.ppo import (
-    KLConfig,
     PPOBatch,
-    PPOConfig,
     forward_passes,
     gae,
     kl_loss_term,
@@ -28,6 +26,7 @@ from agents.learners.ppo import (
     prepare_advantages,
     value_loss,
 )
+from agents.learners.ppo_config import KLConfig, PPOConfig
 from agents.learners.shaping import (
     AdaptiveKLController,
     FixedKLController,
@@ -37,9 +36,9 @@ from agents.learners.shaping import (
     token_rewards,
 )
 from agents.llm.logits import full_kl
-from benchmarks.presets import GSM8K_BATCH, IMDB_BATCH
-from benchmarks.presets import IMDB_PPO as IMDB_PRESET
-from benchmarks.presets import gsm8k_ppo as gsm8k_preset
+from benchmarks.settings.presets import GSM8K_BATCH, IMDB_BATCH
+from benchmarks.settings.presets import IMDB_PPO as IMDB_PRESET
+from benchmarks.settings.presets import gsm8k_ppo as gsm8k_preset
 
 NAN = float("nan")
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from helpers import write_tiny_gemma3_gguf, write_tiny_gguf
 
-from agents.learners.ppo import PPOConfig
+from agents.learners.ppo_config import PPOConfig
 from agents.llm.loading import LoraSettings
 from agents.training.config import TrainConfig
 from agents.training.train import Trainer
@@ -84,7 +84,7 @@ def test_the_benchmark_runs_a_gguf_model_on_reviews_and_library_tasks(tiny_gguf,
 @pytest.mark.slow
 @pytest.mark.parametrize("which", ["tiny_gguf", "tiny_gemma"])
 def test_measure_takes_any_model_task_and_training_setting(which, request, tmp_path, capsys):
-    from benchmarks.mechanism import main
+    from benchmarks.mechanism.cli import main
 
     tiny_gguf = request.getfixturevalue(which)
     out = tmp_path / "transfer.json"

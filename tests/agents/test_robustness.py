@@ -11,7 +11,7 @@ import torch
 from helpers import ToyTask
 
 import cory_env
-from agents.learners.ppo import KLConfig, PPOConfig
+from agents.learners.ppo_config import KLConfig, PPOConfig
 from agents.training import train as train_module
 from agents.training.config import TrainConfig
 from agents.training.train import Trainer

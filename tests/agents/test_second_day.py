@@ -60,14 +60,14 @@ def test_a_model_typo_or_a_folder_that_is_not_a_model_is_named(tmp_path):
 
 def test_a_syntax_error_in_a_learner_file_names_the_file_and_line(tmp_path):
     bad = tmp_path / "mine.py"
-    bad.write_text("from agents.learners.base import Learner\n\nclass X(Learner)\n    pass\n")
+    bad.write_text("from agents.learners.registry import Learner\n\nclass X(Learner)\n    pass\n")
     with pytest.raises(ValueError, match=rf"--import '{bad}': .*\({bad}, line 3"):
         plugins.load_plugin(str(bad))
 
 
 def test_a_learner_without_update_is_refused_when_it_registers(tmp_path):
     plugin = tmp_path / "noupdate.py"
-    plugin.write_text("from agents.learners.base import Learner, register_learner\n\n"
+    plugin.write_text("from agents.learners.registry import Learner, register_learner\n\n"
                       "@register_learner('no-update-yet')\nclass NoUpdate(Learner):\n"
                       "    pass\n")
     with pytest.raises(ValueError, match=r"learner 'no-update-yet' \(NoUpdate\) has no "

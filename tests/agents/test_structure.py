@@ -7,17 +7,17 @@ import pytest
 from helpers import ToyTask
 
 import cory_env
-from agents.learners.base import (
-    Learner,
+from agents.learners.cory import CORY, CORY_NO_KT, CORY_NO_RE
+from agents.learners.learner import Learner
+from agents.learners.ppo_config import KLConfig, PPOConfig
+from agents.learners.ppo_learner import PPO
+from agents.learners.registry import (
     register_learner,
     registered_learners,
     registered_methods,
     registered_structures,
     resolve_method,
 )
-from agents.learners.cory import CORY, CORY_NO_KT, CORY_NO_RE
-from agents.learners.ppo import KLConfig, PPOConfig
-from agents.learners.ppo_learner import PPO
 from agents.learners.structure import INDEPENDENT, SINGLE, Structure
 from agents.training.config import (
     TrainConfig,
@@ -47,7 +47,7 @@ def test_every_method_name_resolves_to_a_learner_on_a_structure():
     assert pairs["cory-grpo"] == ("grpo", "cory") and pairs["grpo"] == ("grpo", "single")
     assert pairs["cory-official"] == ("ppo-official", "cory")
     assert pairs["ppo-2x"] == ("ppo-2x", "single") and pairs["cory-mappo"] == ("mappo", "cory")
-    # a bare learner name is that learner alone, for every learner that can train one agent
+    # a bare learner name is that learner on one agent, for every learner that can train one agent
     for learner in registered_learners():
         if learner in pairs:
             assert pairs[learner] == (learner, "single"), learner
@@ -101,7 +101,7 @@ def test_the_structure_sets_the_env_and_the_schedule(toy_lm):
 def test_a_plugin_learner_runs_on_any_structure(toy_lm):
     @register_learner("test-structure-ppo")
     class Mine(PPO):
-        """A user's learner (its own name: the learner alone, as every bare name)."""
+        """A user's learner (its own name: the learner on one agent, as every bare name)."""
 
     assert resolve_method("test-structure-ppo").structure.name == "single"
     trainer = Trainer(config(toy_lm, "test-structure-ppo/cory", iterations=1))
@@ -151,15 +151,15 @@ def test_run_folders_and_checkpoints_of_an_earlier_format_are_refused_by_name(tm
     import json
 
     from agents.training.checkpoint import FORMAT, load_trainer_state
-    from benchmarks.records import RunData
+    from benchmarks.evidence.records import RunData
 
     (tmp_path / "run_config.json").write_text(json.dumps(
         {"format": 2, "train": {"ppo": {"init_kl_coef": 0.2, "kl_in": "reward"}}}))
-    with pytest.raises(ValueError, match="run-folder format 2, this version reads format 5"):
+    with pytest.raises(ValueError, match="study-folder format 2, this version reads format 5"):
         RunData.load(tmp_path)
     # format 3 recorded the training combined reward at the current KL coefficient: refused
     (tmp_path / "run_config.json").write_text(json.dumps({"format": 3, "train": {}}))
-    with pytest.raises(ValueError, match="run-folder format 3, this version reads format 5"):
+    with pytest.raises(ValueError, match="study-folder format 3, this version reads format 5"):
         RunData.load(tmp_path)
     with pytest.raises(ValueError, match=f"checkpoint format 1, this version reads format "
                                          f"{FORMAT} only"):
@@ -168,7 +168,7 @@ def test_run_folders_and_checkpoints_of_an_earlier_format_are_refused_by_name(tm
 
 def test_the_learner_settings_are_declared_once():
     """TrainConfig extends LearnerConfig: no field is declared twice or copied."""
-    from agents.learners.base import LearnerConfig
+    from agents.learners.learner import LearnerConfig
 
     assert issubclass(TrainConfig, LearnerConfig)
     cfg = TrainConfig(t_rex=3, report_kl_coef=0.1, group_size=2)
@@ -182,3 +182,15 @@ def test_learner_default_structure_is_two_independent_agents():
     assert Learner.structure == INDEPENDENT and SINGLE.n_agents == 1
     with pytest.raises(ValueError, match="reward_mode"):
         Structure("bad", reward_mode="team")
+
+
+def test_the_old_registration_call_names_the_new_one():
+    """A plug-in written for cory 0.1, `@register_learner("mine", CORY)`, is told what replaced
+    it instead of "takes 1 positional argument but 2 were given"."""
+    from agents.learners.cory import CORY
+    from agents.learners.registry import register_learner
+
+    for args, kwargs in ((("mine", CORY), {}), (("mine",), {"structure": CORY})):
+        with pytest.raises(TypeError, match=r"cory 0\.1's call: .*@register_learner\('mine'\).*"
+                                            r"register_method\('cory-mine', 'mine', CORY\)"):
+            register_learner(*args, **kwargs)

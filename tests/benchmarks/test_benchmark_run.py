@@ -15,11 +15,11 @@ from helpers import mechanism_measurement
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 import benchmarks
-import benchmarks.worker
+import benchmarks.study.worker
 import cory_env
-from benchmarks import RunFolder, resolve_config, run_benchmark
-from benchmarks import claims as cl
-from benchmarks import records as rec
+from benchmarks import StudyFolder, resolve_config, run_benchmark
+from benchmarks.evidence import claims as cl
+from benchmarks.evidence import records as rec
 from benchmarks.run import build_parser, config_from_args, main
 from cory_env.data.tokenizer import task_tokenizer
 
@@ -73,7 +73,7 @@ def test_quick_run_writes_metrics_tensorboard_plots_and_report(tiny_lm, tmp_path
             png = out / "plots" / f"{kind}_{task}.png"
             assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
     alone = rec.read_jsonl(out / "alone.jsonl")  # every model alone at iterations 0, 1, 2
-    assert {(e["task"], e["method"], e["model"], e["iteration"]) for e in alone} == {
+    assert {(e["task"], e["method"], e["agent"], e["iteration"]) for e in alone} == {
         (t, m, a, i) for t in TASKS for m, a in [("ppo", "llm_0"), ("cory", "llm_0"),
                                                  ("cory", "llm_1")] for i in (0, 1, 2)}
     maths = [e for e in alone if e["task"] == "arithmetic"]
@@ -125,7 +125,7 @@ def test_alone_evaluation_is_paired_and_leaves_training_untouched(tiny_lm, tmp_p
     for r in trained:
         assert r["report_kl_coef"] == 0.3
         assert r["combined_reward"] == pytest.approx(r["task_reward"] - 0.3 * r["kl"], abs=1e-5)
-    later = {(e["model"], e["method"]): e["role"] for e in alone if e["iteration"] == 1}
+    later = {(e["agent"], e["method"]): e["role"] for e in alone if e["iteration"] == 1}
     assert later == {("llm_0", "ppo"): "pioneer", ("llm_0", "cory"): "pioneer",
                      ("llm_1", "cory"): "observer"}
 
@@ -133,8 +133,8 @@ def test_alone_evaluation_is_paired_and_leaves_training_untouched(tiny_lm, tmp_p
 def test_one_policy_playing_both_roles_is_evaluated_alone_once_per_point(tiny_lm, tmp_path,
                                                                         monkeypatch):
     calls = []
-    real = benchmarks.evaluate.evaluate_policy
-    monkeypatch.setattr(benchmarks.evaluate, "evaluate_policy",
+    real = benchmarks.study.evaluate.evaluate_policy
+    monkeypatch.setattr(benchmarks.study.evaluate, "evaluate_policy",
                         lambda policy, *a, **k: calls.append(id(policy)) or real(policy, *a, **k))
     main(["--tasks", "sentiment", "--methods", "cory-shared", "--seeds", "0", "--model", tiny_lm,
           *TINY, "--alone-queries", "6", "--eval-batch-size", "4", "--eval-every", "1",
@@ -143,11 +143,11 @@ def test_one_policy_playing_both_roles_is_evaluated_alone_once_per_point(tiny_lm
     assert len(calls) == 3 and len(set(calls)) == 1  # iterations 0, 1, 2: one model each time
     by_point = {}
     for e in alone:
-        by_point.setdefault(e["iteration"], {})[e["model"]] = e
+        by_point.setdefault(e["iteration"], {})[e["agent"]] = e
     assert sorted(by_point) == [0, 1, 2]
     for point in by_point.values():
         assert sorted(point) == ["llm_0", "llm_1"]
-        same = [{k: v for k, v in e.items() if k not in ("model", "role")} for e in point.values()]
+        same = [{k: v for k, v in e.items() if k not in ("agent", "role")} for e in point.values()]
         assert same[0] == same[1]
     assert by_point[2]["llm_1"]["kl"] > 0  # trained: the record is the model's, not the base's
 
@@ -206,7 +206,7 @@ def test_resume_after_a_kill_equals_an_uninterrupted_run(tiny_lm, tmp_path):
 
 def test_resume_refuses_other_settings(tmp_path):
     cfg = resolve_config("offline", iterations=5)
-    RunFolder(tmp_path).start(cfg)
+    StudyFolder(tmp_path).start(cfg)
     args = build_parser().parse_args(["--resume", "--out", str(tmp_path), "--iterations", "7"])
     with pytest.raises(ValueError, match="iterations: saved 5, given 7"):
         config_from_args(args)
@@ -214,7 +214,7 @@ def test_resume_refuses_other_settings(tmp_path):
     assert config_from_args(same)[0].train.iterations == 5
     assert config_from_args(build_parser().parse_args(["--resume", "--out", str(tmp_path)]))[2]
     with pytest.raises(ValueError, match="already holds a run"):
-        RunFolder(tmp_path).start(cfg)
+        StudyFolder(tmp_path).start(cfg)
 
 
 def test_a_resume_adds_seeds_and_methods_equal_to_a_run_started_with_them(tiny_lm, tmp_path):
@@ -228,7 +228,7 @@ def test_a_resume_adds_seeds_and_methods_equal_to_a_run_started_with_them(tiny_l
     assert (grown / "metrics.jsonl").read_text().startswith(before)  # saved runs untouched
 
     def key(r):
-        return r["run"], r["iteration"], r.get("agent", r.get("model")), r.get("role") or ""
+        return r["run"], r["iteration"], r.get("agent"), r.get("role") or ""
     for name in ("metrics.jsonl", "alone.jsonl"):
         assert sorted(numbers(rec.read_jsonl(grown / name)), key=key) == \
             sorted(numbers(rec.read_jsonl(whole / name)), key=key), name
@@ -269,16 +269,31 @@ def test_a_resume_adds_seeds_and_methods_equal_to_a_run_started_with_them(tiny_l
     (["--tasks", "reasoning", "--quick"], "task 'reasoning' has no offline reference LM: give a "
                                           "model (--model"),
     (["--methods", "ppo,cory,ppo"], "methods lists ppo more than once"),
-    (["--lora", "--lora-r", "0"], "lora r must be a positive integer, got 0"),
+    (["--lora", "--lora-r", "0"], "--lora-r (LoraSettings.r) must be a positive integer, got 0"),
+    (["--lr", "-1e-4"], "--lr (PPOConfig.lr) must be > 0, got -0.0001"),
+    (["--n-agents", "0"], "--n-agents (TrainConfig.n_agents) must be a positive integer, got 0"),
+    (["--import", "./notes.txt"], "--import './notes.txt': no such file"),
 ])
 def test_bad_values_fail_before_any_model_loads(argv, message, capsys, monkeypatch):
     def no_training(*a, **k):
         raise AssertionError("a model was loaded")
 
-    monkeypatch.setattr(benchmarks.worker, "Trainer", no_training)
+    monkeypatch.setattr(benchmarks.study.worker, "Trainer", no_training)
     with pytest.raises(SystemExit):
         main(argv)
-    assert message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert message in err and "chains of" not in err, err
+
+
+def test_an_import_that_is_no_python_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("not code")
+    for spec in ("notes.txt", "./notes.txt", str(tmp_path / "notes.txt")):
+        with pytest.raises(SystemExit):
+            main(["--import", spec, "--quick", "--plan"])
+        err = capsys.readouterr().err
+        assert err.startswith(f"python -m benchmarks.run: error: --import {spec!r}: ") \
+            and "Traceback" not in err and len(err.splitlines()) == 2, err
 
 
 def test_presets_resolve_to_the_papers_settings():
@@ -364,15 +379,15 @@ def test_study_preset_runs_the_arms_long_enough_to_decide():
     cfg = resolve_config("study")
     assert len(cfg.seeds) >= 3 and cfg.train.iterations >= 40 and cfg.tasks == ["sentiment"]
     assert {"ppo", "cory", "cory-official", "ppo-2x", "ppo-sampled-kl"} <= set(cfg.methods)
-    points = sum(benchmarks.evaluate.evaluation_due(cfg, i)
+    points = sum(benchmarks.study.evaluate.evaluation_due(cfg, i)
                  for i in range(cfg.train.iterations + 1))
     assert points >= 10
     default = resolve_config("offline")
-    assert sum(benchmarks.evaluate.evaluation_due(default, i) for i in range(21)) >= 5
+    assert sum(benchmarks.study.evaluate.evaluation_due(default, i) for i in range(21)) >= 5
     real, math_ = resolve_config("real"), resolve_config("real-math")
     for c in (real, math_):  # the real model's studies: 5 seeds, >= 10 points, one budget
         assert len(c.seeds) >= 5 and c.train.model == "smollm2-135m" and c.train.lora
-        assert sum(benchmarks.evaluate.evaluation_due(c, i)
+        assert sum(benchmarks.study.evaluate.evaluation_due(c, i)
                    for i in range(c.train.iterations + 1)) >= 10
         assert (c.train.batch_size, c.train.iterations, c.train.ppo.lr) == (16, 30, 5e-4)
     assert real.alone_queries >= 256 and set(real.methods) >= {
@@ -454,7 +469,7 @@ def test_n_agents_runs_chains_and_reports_every_position(tiny_lm, tmp_path):
     assert "| cory | observer_2 − observer_1 |" in text
     assert "| cory-mappo | observer_1 − pioneer |" in text
     assert (out / "plots" / "positions_sentiment.png").exists()
-    assert {r["model"] for r in rec.read_jsonl(out / "alone.jsonl") if r["method"] == "cory"} \
+    assert {r["agent"] for r in rec.read_jsonl(out / "alone.jsonl") if r["method"] == "cory"} \
         == {"llm_0", "llm_1", "llm_2"}
     assert Path(report) == out / "report.md" and Path(report).stat().st_size > 0
     from benchmarks.compare import lines
@@ -483,8 +498,8 @@ def test_runs_are_ordered_so_a_study_stopped_early_decides_the_most_claims():
 def test_resume_fills_in_a_mechanism_measured_after_the_run_started(tiny_lm, tmp_path):
     import shutil
 
-    from benchmarks.config import RunSpec, train_config
-    from benchmarks.transfer_read import training_budget
+    from benchmarks.evidence.transfer import training_budget
+    from benchmarks.settings.config import RunSpec, train_config
 
     model = tmp_path / "lm"
     shutil.copytree(tiny_lm.format(task="sentiment"), model)
@@ -499,7 +514,7 @@ def test_resume_fills_in_a_mechanism_measured_after_the_run_started(tiny_lm, tmp
     why = json.loads((out / "mechanism.json").read_text())["sentiment"]["not_measured"]
     assert "at another budget (iterations: measured 20, run 1; batch_size: measured 32, " \
            "run 4" in why and f"--out {out / 'transfer-sentiment.json'}" in why
-    run = training_budget(train_config(RunFolder(out).saved_config(),
+    run = training_budget(train_config(StudyFolder(out).saved_config(),
                                        RunSpec("sentiment", "ppo", 0)))
     measured = {**elsewhere, "budget": run}
     (model / "transfer-sentiment.json").write_text(json.dumps(measured))  # at the run's budget
@@ -515,7 +530,7 @@ def test_resume_fills_in_a_mechanism_measured_after_the_run_started(tiny_lm, tmp
     (model / "transfer-sentiment.json").unlink()  # a measurement, once in the folder, stays
     main(["--resume", "--out", str(out), "--no-progress"])
     assert json.loads((out / "mechanism.json").read_text())["sentiment"] == measured
-    own = {**measured, "verdict": "present"}  # the run folder's own file comes first, and
+    own = {**measured, "verdict": "present"}  # the study folder's own file comes first, and
     (out / "transfer-sentiment.json").write_text(json.dumps(own))  # a new one is followed
     (model / "transfer-sentiment.json").write_text(json.dumps(measured))
     main(["--resume", "--out", str(out), "--no-progress"])
@@ -529,7 +544,7 @@ def test_resume_fills_in_a_mechanism_measured_after_the_run_started(tiny_lm, tmp
 def test_resume_compares_only_the_settings_typed(tmp_path, capsys):
     """`--resume --iterations 40` listed 13 settings as "given" that nobody typed."""
     cfg = resolve_config("offline", quick=True)
-    RunFolder(tmp_path).start(cfg)
+    StudyFolder(tmp_path).start(cfg)
     args = build_parser().parse_args(["--resume", "--out", str(tmp_path), "--iterations", "40"])
     with pytest.raises(ValueError) as err:
         config_from_args(args)
@@ -543,7 +558,7 @@ def test_resume_compares_only_the_settings_typed(tmp_path, capsys):
 @pytest.mark.parametrize("task, tokens", [("course", 2), ("textarena", 8), ("sentiment", 12),
                                           ("arithmetic", 12)])
 def test_quick_keeps_a_tasks_shorter_answers_and_caps_longer_ones(task, tokens):
-    from benchmarks.config import RunSpec, train_config
+    from benchmarks.settings.config import RunSpec, train_config
 
     model = {"model": "gpt2"} if task in ("course", "textarena") else {}  # checked, not loaded
     cfg = resolve_config("offline", quick=True, tasks=[task], methods=["ppo"], **model)

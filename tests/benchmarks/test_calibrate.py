@@ -7,7 +7,7 @@ import math
 import pytest
 
 from benchmarks import calibrate as cb
-from benchmarks import claims as cl
+from benchmarks.evidence import verdicts as vd
 
 REPLICATES = 40  # a Monte Carlo standard error of 2.5 points at a 2.5% rate
 BOUND = 0.025 + 3 * math.sqrt(0.025 * 0.975 / REPLICATES)  # nominal plus three errors
@@ -41,11 +41,11 @@ def test_a_strong_alternative_is_found_and_the_rates_are_reproducible():
 def test_a_written_replicate_is_a_run_folder_the_report_reads(tmp_path):
     import numpy as np
 
-    from benchmarks.report import write_report
+    from benchmarks.report.markdown import write_report
 
     cb.write_folder(tmp_path, cb.records(cb.WORLDS[0], 3, np.random.default_rng(0)))
     text = write_report(tmp_path).read_text()
-    assert "(1b) at matched KL" in text and cl.INCONCLUSIVE in text
+    assert "(1b) at matched KL" in text and vd.INCONCLUSIVE in text
 
 
 def test_the_command_refuses_bad_settings_by_name(capsys):

@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 from helpers import mechanism_measurement
 
-from benchmarks import claims as cl
-from benchmarks import intervals as iv_mod
-from benchmarks import records as rec
-from benchmarks import report as rp
-from benchmarks import stats as st
-from benchmarks.evidence import gather
+from benchmarks.evidence import claims as cl
+from benchmarks.evidence import intervals as iv_mod
+from benchmarks.evidence import records as rec
+from benchmarks.evidence import stats as st
+from benchmarks.evidence import verdicts as vd
+from benchmarks.evidence.trajectories import gather
+from benchmarks.report import markdown as rp
 
 ITERS = list(range(0, 44, 4))  # 11 evaluation points
 
@@ -22,7 +23,7 @@ def alone_rows(method, seed, rewards, kls, task="sentiment", models=("llm_0",), 
                swept_kl_coef=None):
     """Alone-evaluation records of one seed (every model of the method gets the same curve)."""
     return [{"task": task, "method": method, "seed": seed, "swept_kl_coef": swept_kl_coef,
-             "iteration": it, "model": m, "task_reward": float(r), "kl": float(k),
+             "iteration": it, "agent": m, "task_reward": float(r), "kl": float(k),
              "combined_reward": float(r - report_kl_coef * k), "report_kl_coef": report_kl_coef}
             for it, r, k in zip(ITERS, rewards, kls) for m in models]
 
@@ -65,8 +66,8 @@ def cory_slow_efficient(s):
 # ------------------------------------------------------------------------------- (1a), (1b)
 def test_a_method_that_dominates_the_frontier_is_supported_on_both_kl_claims():
     data = runs({"ppo": ppo_fast, "cory": lambda s: (ppo_fast(s)[0] + 0.2, ppo_fast(s)[1] / 3)})
-    assert claim(data, "(1a)").status == cl.SUPPORTED
-    assert claim(data, "(1b)").status == cl.SUPPORTED
+    assert claim(data, "(1a)").status == vd.SUPPORTED
+    assert claim(data, "(1b)").status == vd.SUPPORTED
 
 
 def test_slower_but_more_kl_efficient_is_supported_not_read_as_worse():
@@ -77,19 +78,19 @@ def test_slower_but_more_kl_efficient_is_supported_not_read_as_worse():
     assert (p.reward[1:] > c.reward[1:]).all()
     # ... but at matched reward it needs about 3x the KL
     c1a = claim(data, "(1a)")
-    assert c1a.status == cl.SUPPORTED
+    assert c1a.status == vd.SUPPORTED
     assert math.exp(c1a.intervals["value"].mean) == pytest.approx(3, rel=0.15)
-    assert claim(data, "(1b)").status == cl.SUPPORTED
+    assert claim(data, "(1b)").status == vd.SUPPORTED
 
 
 def test_a_less_efficient_cory_contradicts_the_kl_claims():
     data = runs({"ppo": lambda s: cory_slow_efficient(s), "cory": ppo_fast})
-    assert claim(data, "(1a)").status == cl.CONTRADICTED
+    assert claim(data, "(1a)").status == vd.CONTRADICTED
     assert claim(data, "(1a)").reason.startswith("CORY needs more KL than PPO")
     modest = runs({"ppo": ppo_fast, "cory": lambda s: (ppo_fast(s)[0], ppo_fast(s)[1] / 1.3)})
     c = claim(modest, "(1a)")  # 1.3x more efficient: the claim's 2x is still contradicted
-    assert c.status == cl.CONTRADICTED and c.reason.startswith("CORY needs less KL, but not 2×")
-    assert claim(data, "(1b)").status == cl.CONTRADICTED
+    assert c.status == vd.CONTRADICTED and c.reason.startswith("CORY needs less KL, but not 2×")
+    assert claim(data, "(1b)").status == vd.CONTRADICTED
 
 
 def test_claim_1_is_contradicted_for_the_part_that_carries_the_evidence():
@@ -97,18 +98,18 @@ def test_claim_1_is_contradicted_for_the_part_that_carries_the_evidence():
     reason is the KL ratio; rewards clearly apart at a KL ratio near 2×: the reward gap."""
     near = lambda s: (ppo_fast(s)[0] - 0.2 + (s - 1) * 0.15, ppo_fast(s)[1] / 0.75)  # noqa: E731
     c = claim(runs({"ppo": ppo_fast, "cory": near}), "(1) ")
-    assert c.status == cl.CONTRADICTED and c.reason.startswith("the KL ratio is below 2×")
+    assert c.status == vd.CONTRADICTED and c.reason.startswith("the KL ratio is below 2×")
     apart = lambda s: (ppo_fast(s)[0] - 1.0 + 0.01 * s,  # noqa: E731
                        ppo_fast(s)[1] / (2.0 + (s - 1) * 0.8))
     c = claim(runs({"ppo": ppo_fast, "cory": apart}), "(1) ")
-    assert c.status == cl.CONTRADICTED
+    assert c.status == vd.CONTRADICTED
     assert c.reason.startswith("the final rewards differ by more than ±δ")
 
 
 def test_a_kl_ratio_near_the_threshold_is_inconclusive_with_its_reason():
     noisy = lambda s: (ppo_fast(s)[0], ppo_fast(s)[1] / (2.0 + (s - 1) * 0.8))  # noqa: E731
     c = claim(runs({"ppo": ppo_fast, "cory": noisy}), "(1a)")
-    assert c.status == cl.INCONCLUSIVE and "reaches into 2× ×/÷ 1.1" in c.reason
+    assert c.status == vd.INCONCLUSIVE and "reaches into 2× ×/÷ 1.1" in c.reason
 
 
 # ------------------------------------------------------------------------------- (2)
@@ -123,21 +124,21 @@ def rise_then(shape, s):
 def test_peak_then_decline_is_supported():
     data = runs({"ppo": lambda s: rise_then("decline", s), "cory": lambda s: rise_then("rise", s)},
                 task="arithmetic")
-    assert claim(data, "(2)").status == cl.SUPPORTED
+    assert claim(data, "(2)").status == vd.SUPPORTED
 
 
 def test_a_flat_ppo_curve_contradicts_the_decline():
     data = runs({"ppo": lambda s: rise_then("flat", s), "cory": lambda s: rise_then("rise", s)},
                 task="arithmetic")
     c = claim(data, "(2)")
-    assert c.status == cl.CONTRADICTED and "does not decline" in c.reason
+    assert c.status == vd.CONTRADICTED and "does not decline" in c.reason
 
 
 def test_cory_declining_as_well_contradicts_the_stability_claim():
     data = runs({"ppo": lambda s: rise_then("decline", s),
                  "cory": lambda s: rise_then("decline", s)}, task="arithmetic")
     c = claim(data, "(2)")
-    assert c.status == cl.CONTRADICTED and "CORY" in c.reason
+    assert c.status == vd.CONTRADICTED and "CORY" in c.reason
 
 
 # ------------------------------------------------------------------------------- (3), (4)
@@ -146,22 +147,22 @@ def test_ablations_that_need_more_kl_at_matched_reward_are_supported():
     data = runs({"ppo": ppo_fast, "cory": base,
                  "cory-no-kt": lambda s: (base(s)[0], base(s)[1] * 2),
                  "cory-no-re": lambda s: (base(s)[0], base(s)[1] * 1.5)})
-    assert claim(data, "(3)").status == cl.SUPPORTED
+    assert claim(data, "(3)").status == vd.SUPPORTED
     data = runs({"ppo": ppo_fast, "cory": base,
                  "cory-no-kt": lambda s: (base(s)[0], base(s)[1] * 0.5),
                  "cory-no-re": lambda s: (base(s)[0], base(s)[1] * 1.5)})
-    assert claim(data, "(3)").status == cl.CONTRADICTED
+    assert claim(data, "(3)").status == vd.CONTRADICTED
 
 
 def test_combined_reward_rising_for_cory_and_falling_for_ppo_is_supported():
     # eta 0.3: PPO's KL 9 eats its reward gain of 2; CORY's KL 1 does not
     data = runs({"ppo": lambda s: (2 * np.sqrt(X) + 0.01 * s, 12 * X ** 2 + 0.05 * s),
                  "cory": lambda s: (1.5 * X + 0.01 * s, X + 0.01 * s)})
-    assert claim(data, "(4)").status == cl.SUPPORTED
+    assert claim(data, "(4)").status == vd.SUPPORTED
     # CORY's KL 12 eats its reward gain of 1.5: its combined reward falls
     data = runs({"ppo": ppo_fast, "cory": lambda s: (1.5 * X + 0.01 * s, 12 * X + 0.01 * s)})
     c = claim(data, "(4)")
-    assert c.status == cl.CONTRADICTED
+    assert c.status == vd.CONTRADICTED
     assert c.reason == "CORY's combined reward does not rise by more than δ"
 
 
@@ -169,12 +170,12 @@ def test_combined_reward_rising_for_cory_and_falling_for_ppo_is_supported():
 def test_too_few_seeds_points_or_no_learning_make_every_claim_inconclusive():
     one_seed = runs({"ppo": ppo_fast, "cory": cory_slow_efficient}, seeds=(0,))
     for c in cl.all_claims(one_seed):
-        assert c.status == cl.INCONCLUSIVE and c.reason, c.line()
+        assert c.status == vd.INCONCLUSIVE and c.reason, c.line()
     assert "too few seeds: 1 < 3" in claim(one_seed, "(1a)").reason
     flat = runs({"ppo": lambda s: (np.full(len(X), 0.2) + 0.01 * np.sin(X * 7 + s), 9 * X),
                  "cory": cory_slow_efficient})
     c = claim(flat, "(1a)")
-    assert c.status == cl.INCONCLUSIVE and "ppo did not learn" in c.reason
+    assert c.status == vd.INCONCLUSIVE and "ppo did not learn" in c.reason
 
 
 def test_the_report_leads_with_the_verdicts_and_draws_the_frontier(tmp_path):
@@ -253,7 +254,7 @@ def test_a_seed_whose_kl_starts_high_drops_levels_not_the_seed():
     apart = runs({"ppo": lambda s: (ppo_fast(s)[0], 0.5 * X + 0.01 * s),
                   "cory": lambda s: (cory_slow_efficient(s)[0], 5 + 4 * X)})
     c = claim(apart, "(1b)")
-    assert c.status == cl.INCONCLUSIVE and c.reason.startswith("no common KL range")
+    assert c.status == vd.INCONCLUSIVE and c.reason.startswith("no common KL range")
 
 
 def test_one_frontier_sampled_fast_or_slow_gives_a_ratio_near_one():
@@ -265,7 +266,7 @@ def test_one_frontier_sampled_fast_or_slow_gives_a_ratio_near_one():
 
     c = claim(runs({"ppo": on_frontier(4.0), "cory": on_frontier(1.0)}), "(1a)")
     ratio = math.exp(c.intervals["value"].mean)
-    assert 0.9 < ratio < 1.1 and c.status != cl.SUPPORTED
+    assert 0.9 < ratio < 1.1 and c.status != vd.SUPPORTED
     assert math.isnan(st.kl_at_reward([1, 2, 4], [0.5, 1, 2], 0.2))  # below the first point
 
 
@@ -278,13 +279,13 @@ def test_a_negligible_cory_change_is_not_read_as_a_decline():
         return r - 0.013 * np.clip((X - X[2]) / (1 - X[2]), 0, 1) * (1 + 0.1 * s), kl
 
     c = claim(runs({"ppo": ppo, "cory": cory}, task="arithmetic"), "(2)")
-    assert c.status == cl.SUPPORTED, c.line()
+    assert c.status == vd.SUPPORTED, c.line()
     assert "(negligible)" in c.numbers and "PPO" in c.numbers and "(falls)" in c.numbers
 
 
 def test_holm_adjusts_within_the_task_and_can_turn_a_raw_verdict_inconclusive():
     assert iv_mod.mean_interval([1.0]).p_above(0) == 1.0
-    from benchmarks.intervals import holm
+    from benchmarks.evidence.intervals import holm
 
     assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
     # CORY's KL 2.4x PPO's with wide seed noise: raw p < 0.05, but not after Holm over 5 claims
@@ -295,7 +296,7 @@ def test_holm_adjusts_within_the_task_and_can_turn_a_raw_verdict_inconclusive():
              if x.tested]
     borderline = [x for x in group if x.p_raw < 0.05 <= x.p]
     for x in borderline:
-        assert x.status == cl.INCONCLUSIVE and "Holm-adjusted" in x.reason
+        assert x.status == vd.INCONCLUSIVE and "Holm-adjusted" in x.reason
     assert all(x.p == pytest.approx(min(1, max(y.p_raw * (len(group) - i)
                                                for i, y in enumerate(sorted(
                                                    group, key=lambda g: g.p_raw))
@@ -315,7 +316,7 @@ def test_verdicts_say_on_this_model_and_carry_the_mechanism():
     data = runs({"ppo": ppo_fast, "cory": cory_slow_efficient})
     data.mechanism = {"sentiment": absent_mechanism()}
     c = claim(data, "(1a)")
-    assert c.status == cl.SUPPORTED
+    assert c.status == vd.SUPPORTED
     assert "**supported** on this model" in c.line() and "mechanism: absent" in c.line()
     assert "Detectable at these seeds" in c.line()
 
@@ -325,7 +326,7 @@ def test_did_not_learn_is_measured_from_the_base_models_own_point():
         r = np.concatenate([[1.0], np.linspace(0.0, 0.6, len(X) - 1)]) + 0.01 * s
         return r, 9 * X
     c = claim(runs({"ppo": dips, "cory": cory_slow_efficient}), "(1a)")
-    assert c.status == cl.INCONCLUSIVE and "ppo did not learn: its mean alone reward" in c.reason
+    assert c.status == vd.INCONCLUSIVE and "ppo did not learn: its mean alone reward" in c.reason
 
 
 def test_a_two_point_run_calls_every_claim_inconclusive_with_a_reason():
@@ -338,7 +339,7 @@ def test_a_two_point_run_calls_every_claim_inconclusive_with_a_reason():
     claims = cl.all_claims(data)
     assert len(claims) == 6
     for c in claims:
-        assert c.status == cl.INCONCLUSIVE and "too few seeds: 1 < 3" in c.reason, c.line()
+        assert c.status == vd.INCONCLUSIVE and "too few seeds: 1 < 3" in c.reason, c.line()
         assert "too few evaluation points: 2 < 5" in c.reason
 
 
@@ -348,7 +349,7 @@ def test_a_seed_still_running_is_left_out_not_read_as_too_few_points():
     data.evals += alone_rows("cory", 3, r[:3], k[:3], models=("llm_0", "llm_1"))
     data.evals += alone_rows("ppo", 3, *ppo_fast(3))
     c = claim(data, "(1a)")
-    assert c.status == cl.SUPPORTED and c.intervals["value"].n == 3
+    assert c.status == vd.SUPPORTED and c.intervals["value"].n == 3
 
 
 # ------------------------------------------------------------------------------- second audit
@@ -367,12 +368,12 @@ def claim_2(ppo_late, cory_late):
 
 def test_claim_2_needs_ppo_to_decline_and_cory_not_to():
     c = claim_2(+0.05, +0.35)  # PPO never declines: one contrast called this supported
-    assert c.status == cl.CONTRADICTED
+    assert c.status == vd.CONTRADICTED
     assert c.reason == "PPO's reward does not decline by more than δ"
     c = claim_2(-0.5, -0.3)  # CORY declines too
-    assert c.status == cl.CONTRADICTED and c.reason == "CORY's reward declines by more than δ"
+    assert c.status == vd.CONTRADICTED and c.reason == "CORY's reward declines by more than δ"
     c = claim_2(-0.15, -0.08)  # PPO falls by more than δ = 0.1, CORY by less: both parts hold
-    assert c.status == cl.SUPPORTED, c.line()
+    assert c.status == vd.SUPPORTED, c.line()
     assert "PPO -0.1" in c.numbers and "(falls)" in c.numbers and "(negligible)" in c.numbers
     assert c.p_for == max(c.intervals["ppo"].p_below(-0.1), c.intervals["cory"].p_above(-0.1))
 
@@ -381,7 +382,7 @@ def test_claim_2_reads_one_change_the_same_way_for_both_methods():
     """The earliest rule (PPO's change below 0, CORY's above −δ) called one negligible drift a
     decline for PPO and stability for CORY; one threshold, −δ, reads it the same for both."""
     c = claim_2(-0.05, -0.05)
-    assert c.status == cl.CONTRADICTED
+    assert c.status == vd.CONTRADICTED
     assert c.reason == "PPO's reward does not decline by more than δ"
     assert c.numbers.count("(negligible)") == 2
 
@@ -389,7 +390,7 @@ def test_claim_2_reads_one_change_the_same_way_for_both_methods():
 def test_claim_2_inconclusive_names_the_undecided_part():
     noisy = lambda s: trend(-0.1 + 0.08 * (s - 1), s)  # noqa: E731  PPO's change straddles −δ
     c = claim(runs({"ppo": noisy, "cory": lambda s: trend(0.2, s)}, task="arithmetic"), "(2)")
-    assert c.status == cl.INCONCLUSIVE
+    assert c.status == vd.INCONCLUSIVE
     assert c.reason.startswith("whether PPO's reward declines by more than δ is undecided")
     assert "CORY's reward does not decline by more than δ" in c.reason
 
@@ -406,7 +407,7 @@ def test_claim_4_needs_cory_to_rise_as_worded():
     data = runs({"ppo": ppo, "cory": cory})
     c = claim(data, "(4)")
     assert c.intervals["cory"].below(-0.5) and c.intervals["ppo"].mean < c.intervals["cory"].mean
-    assert c.status == cl.CONTRADICTED
+    assert c.status == vd.CONTRADICTED
     assert c.reason == "CORY's combined reward does not rise by more than δ"
 
 
@@ -427,13 +428,13 @@ def test_one_frontier_at_two_speeds_gives_no_verdict_on_the_frontier_claims(shap
                  "cory-no-kt": on_one_frontier(1.0, shape),
                  "cory-no-re": on_one_frontier(0.25, shape)})
     c1b = claim(data, "(1b)")
-    assert c1b.status == cl.INCONCLUSIVE and "within ±δ" in c1b.reason, c1b.line()
+    assert c1b.status == vd.INCONCLUSIVE and "within ±δ" in c1b.reason, c1b.line()
     assert abs(c1b.intervals["value"].mean) < 0.01
     c3 = claim(data, "(3)")
-    assert c3.status == cl.INCONCLUSIVE and "negligible" in c3.reason, c3.line()
+    assert c3.status == vd.INCONCLUSIVE and "negligible" in c3.reason, c3.line()
     assert abs(c3.intervals["value"].mean) < 0.04  # within 4%; the margin is 10%
     c1a = claim(data, "(1a)")  # KL ratio 1 at matched reward: clearly not twice
-    assert c1a.status == cl.CONTRADICTED and abs(c1a.intervals["value"].mean) < 0.06
+    assert c1a.status == vd.CONTRADICTED and abs(c1a.intervals["value"].mean) < 0.06
 
 
 def test_exactly_twice_the_kl_is_neither_supported_nor_contradicted():
@@ -441,7 +442,7 @@ def test_exactly_twice_the_kl_is_neither_supported_nor_contradicted():
         r, kl = on_one_frontier(1.0)(s)
         return r, kl / 2
     c = claim(runs({"ppo": on_one_frontier(1.0), "cory": cory}), "(1a)")
-    assert c.status == cl.INCONCLUSIVE and "within 2× ×/÷ 1.1" in c.reason
+    assert c.status == vd.INCONCLUSIVE and "within 2× ×/÷ 1.1" in c.reason
 
 
 def test_a_seed_missing_a_point_is_named_beside_every_verdict_it_touches():
@@ -469,7 +470,7 @@ def test_evaluation_noise_alone_does_not_pass_the_learning_gate():
     inp = gather(data, "sentiment", None, ["ppo", "cory"])
     assert inp.best["ppo"].above(0)  # what the old gate read
     c = claim(data, "(1a)")
-    assert c.status == cl.INCONCLUSIVE and "ppo did not learn measurably" in c.reason
+    assert c.status == vd.INCONCLUSIVE and "ppo did not learn measurably" in c.reason
 
 
 def test_a_real_but_unproven_gain_is_not_worded_as_absence():
@@ -479,7 +480,7 @@ def test_a_real_but_unproven_gain_is_not_worded_as_absence():
         return np.r_[0.0, np.full(len(X) - 1, gains[s])], 9 * X + 0.05 * s
 
     c = claim(runs({"ppo": ppo, "cory": cory_slow_efficient}), "(1a)")
-    assert c.status == cl.INCONCLUSIVE
+    assert c.status == vd.INCONCLUSIVE
     assert "ppo's learning is not shown at 3 seeds" in c.reason
     assert "per seed +0.76, +2.02, +0.79" in c.reason and "did not learn:" not in c.reason
 
@@ -493,12 +494,12 @@ def test_claim_1s_margin_comes_from_the_methods_it_compares():
 
 
 def test_an_absent_mechanism_and_a_verdict_on_the_model_say_the_same():
-    from benchmarks.transfer_read import MEANING
+    from benchmarks.evidence.transfer import MEANING
 
     data = runs({"ppo": ppo_fast, "cory": cory_slow_efficient})
     data.mechanism = {"sentiment": absent_mechanism()}
     c = claim(data, "(1a)")
-    assert c.status == cl.SUPPORTED and "mechanism: absent" in c.line()
+    assert c.status == vd.SUPPORTED and "mechanism: absent" in c.line()
     assert "cannot be tested" not in MEANING["absent"]
     assert "still tested" in MEANING["absent"]
 
@@ -564,9 +565,65 @@ def test_the_rounds_table_shows_every_round_and_says_which_no_game_reached():
 
 
 def test_n_agents_is_refused_when_no_method_runs_a_chain_and_said_when_some_do():
-    from benchmarks.config import resolve_config
+    from benchmarks.settings.config import resolve_config
 
     with pytest.raises(ValueError, match=r"--n-agents 3 sets the chain .* ppo train\(s\) one"):
         resolve_config("offline", methods=["ppo"], n_agents=3)
     with pytest.warns(UserWarning, match=r"--n-agents 3: ppo keep\(s\) one agent"):
         resolve_config("offline", methods=["ppo", "cory"], n_agents=3)
+
+
+def test_the_base_row_is_one_value_per_seed_whatever_the_methods():
+    """The base model is copied into every method's records of a seed: its spread is over the
+    seeds (hand computed: seeds at 0.0 and 1.0 give 0.5 ± 0.707), not over method x seed
+    copies, so two methods and six give the same row."""
+    def data(methods):
+        curves = {m: (lambda s: ([float(s)] + [2.0] * 10, [0.0] * 11)) for m in methods}
+        return runs(curves, seeds=(0, 1))
+
+    want = "| base | – | 0.5 ± 0.707 |"
+    two = rp.alone_table(data(["ppo", "cory"]), "sentiment", None)
+    six = rp.alone_table(data(["ppo", "cory", "grpo", "rloo", "ippo", "cory-grpo"]), "sentiment",
+                         None)
+    assert two[2].startswith(want) and six[2] == two[2], (two[2], six[2])
+
+
+def test_a_six_method_report_opens_with_its_verdicts_and_a_ranking(tmp_path):
+    """At six methods the report opens with every verdict in one table and the methods ranked
+    by mean alone gain (best first), with the ranking figure; reasons several claims give
+    word for word are said once; a frontier cell without a matched point says why."""
+    gains = {"ppo": 1.0, "cory": 2.0, "grpo": 0.5, "rloo": 3.0, "ippo": 1.5, "cory-no-kt": 2.5}
+    curves = {m: (lambda s, g=g: ([0.0] + [g + 0.1 * s] * 10, [0.1 * i for i in range(11)]))
+              for m, g in gains.items()}
+    data = runs(curves, seeds=(0, 1, 2))
+    from benchmarks.report.plots import write_plots
+
+    plots = write_plots(data, tmp_path / "plots")
+    assert "plots/ranking_sentiment.png" in plots["sentiment|ranking"]
+    assert (tmp_path / "plots" / "ranking_sentiment.png").stat().st_size > 0
+    text = rp.render(data, plots)
+    lines = text.splitlines()
+    assert lines[4] == "## At a glance"
+    assert lines[6] == "| claim | task | verdict | Holm-adjusted p |"
+    ranked = [ln.split(" | ")[1] for ln in lines if ln.startswith("| ") and " | " in ln
+              and ln.split(" | ")[0].lstrip("| ").isdigit()]
+    assert ranked[:6] == ["rloo", "cory-no-kt", "cory", "ippo", "ppo", "grpo"]
+    assert "![ranking](<plots/ranking_sentiment.png>)" in text
+    assert text.index("## At a glance") < text.index("## The paper's claims")
+    claim_lines = [ln for ln in lines if ln.startswith("- **(")]
+    for said in {p for ln in claim_lines for p in ln.split("; ")}:
+        if len(said) > 80:  # a long reason appears in one claim line at most
+            assert sum(said in ln for ln in claim_lines) <= 1, said
+
+
+def test_shared_reasons_are_said_once_and_cited():
+    from benchmarks.evidence.verdicts import untested
+    from benchmarks.report.summary import shared_reasons
+
+    gate = "ppo's learning is not shown at 3 seeds (which does not say it did not learn)"
+    claims = [untested("(1) a", f"{gate}; too few points"), untested("(2) b", gate),
+              untested("(3) c", "its own reason")]
+    lines, said = shared_reasons(claims)
+    assert lines[2] == f"1. {gate}."
+    assert [c.reason for c in said] == ["reason 1 above; too few points", "reason 1 above",
+                                        "its own reason"]

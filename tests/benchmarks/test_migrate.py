@@ -1,4 +1,5 @@
-"""A run folder of format 4 is rewritten once to the names of format 5, values unchanged."""
+"""A study folder of an earlier format (4 or 5) is rewritten once to this version's names, values
+unchanged."""
 
 from __future__ import annotations
 
@@ -10,38 +11,56 @@ from pathlib import Path
 import pytest
 
 from benchmarks import migrate
-from benchmarks.records import RunData
+from benchmarks.evidence.records import FORMAT, RunData
 
 PUBLISHED = Path(__file__).resolve().parents[2] / "docs/fidelity/tiny"
 
 
-def as_format_4(folder: Path) -> None:
-    """Write a format-5 folder back in format 4's names (the inverse of the migration)."""
-    back = {new: old for old, new in migrate.RECORD_FIELDS[4].items()}
-    for name in ("metrics.jsonl", "alone.jsonl"):
-        lines = (folder / name).read_text().splitlines()
-        (folder / name).write_text("".join(
-            json.dumps(migrate.renamed(json.loads(line), back)) + "\n" for line in lines))
+def as_format(folder: Path, version: int) -> None:
+    """Write a folder of this version back in `version`'s names (the inverse of migrating)."""
+    for step in reversed(range(version, FORMAT)):
+        for name, names in migrate.RECORD_FIELDS[step].items():
+            back = {new: old for old, new in names.items()}
+            lines = (folder / name).read_text().splitlines()
+            (folder / name).write_text("".join(
+                json.dumps(migrate.renamed(json.loads(line), back)) + "\n" for line in lines))
     config = json.loads((folder / "run_config.json").read_text())
-    config["format"] = 4
-    config = json.loads(json.dumps(config).replace('"kl_coef_sweep"', '"eta_sweep"')
-                        .replace('"report_kl_coef"', '"eta"').replace('"coef"', '"beta"'))
+    config["format"] = version
+    if version == 4:
+        config = json.loads(json.dumps(config).replace('"kl_coef_sweep"', '"eta_sweep"')
+                            .replace('"report_kl_coef"', '"eta"').replace('"coef"', '"beta"'))
     (folder / "run_config.json").write_text(json.dumps(config, indent=2))
 
 
-def test_a_format_4_folder_is_migrated_once_to_the_published_records(tmp_path, capsys):
+@pytest.mark.parametrize("version", [4, 5])
+def test_an_older_folder_is_migrated_once_to_the_published_records(tmp_path, capsys, version):
     folder = tmp_path / "tiny"
     shutil.copytree(PUBLISHED, folder)
-    as_format_4(folder)
-    with pytest.raises(ValueError, match=r"format 4 .*python -m benchmarks.migrate .*tiny"):
+    as_format(folder, version)
+    with pytest.raises(ValueError, match=rf"format {version} .*benchmarks.migrate .*tiny"):
         RunData.load(folder)
     migrate.main([str(folder)])
-    assert "format 4 -> 5" in capsys.readouterr().out
+    assert f"format {version} -> {FORMAT}" in capsys.readouterr().out
     for name in ("metrics.jsonl", "alone.jsonl", "run_config.json"):
         assert (folder / name).read_text() == (PUBLISHED / name).read_text(), name
     migrate.main([str(folder)])  # once: a second pass leaves it as it is
-    assert "already format 5" in capsys.readouterr().out
+    assert f"already format {FORMAT}" in capsys.readouterr().out
     assert RunData.load(folder).rows == RunData.load(PUBLISHED).rows
+    assert RunData.load(folder).evals == RunData.load(PUBLISHED).evals
+
+
+def test_a_format_5_folder_keeps_its_gzipped_training_records(tmp_path, capsys):
+    """5 -> 6 renames a field of alone.jsonl only: metrics.jsonl.gz stays as it is."""
+    folder = tmp_path / "tiny"
+    shutil.copytree(PUBLISHED, folder)
+    as_format(folder, 5)
+    plain = folder / "metrics.jsonl"
+    packed = gzip.compress(plain.read_bytes(), mtime=0)
+    (folder / "metrics.jsonl.gz").write_bytes(packed)
+    plain.unlink()
+    migrate.main([str(folder)])
+    assert (folder / "metrics.jsonl.gz").read_bytes() == packed
+    assert (folder / "alone.jsonl").read_text() == (PUBLISHED / "alone.jsonl").read_text()
 
 
 def test_migrate_names_what_it_cannot_rewrite(tmp_path, capsys):
@@ -53,13 +72,13 @@ def test_migrate_names_what_it_cannot_rewrite(tmp_path, capsys):
     (tmp_path / "run_config.json").write_text(json.dumps({"format": 3}))
     with pytest.raises(SystemExit):
         migrate.main([str(tmp_path)])
-    assert "format 3; this version rewrites format [4] only" in capsys.readouterr().err
+    assert "format 3; this version rewrites format [4, 5] only" in capsys.readouterr().err
 
 
 def test_migrate_refuses_gzipped_records_and_writes_nothing(tmp_path, capsys):
     folder = tmp_path / "tiny"
     shutil.copytree(PUBLISHED, folder)
-    as_format_4(folder)
+    as_format(folder, 4)
     plain = folder / "metrics.jsonl"
     (folder / "metrics.jsonl.gz").write_bytes(gzip.compress(plain.read_bytes()))
     plain.unlink()

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks import records as rec
-from benchmarks import report as rp
-from benchmarks.pioneer import pioneer_counts, read
+from benchmarks.evidence import records as rec
+from benchmarks.evidence.pioneer import pioneer_counts, read
+from benchmarks.report import markdown as rp
 
 POINTS = [0, 4, 8, 12, 16, 20]  # alone points; 20 training iterations, roles exchanged every 5
 
@@ -38,7 +38,7 @@ def data(methods=("ppo", "cory"), seeds=(0, 1, 2)) -> rec.RunData:
                     r = 0.1 * n + 0.01 * seed
                     evals.append({"task": "t", "method": method, "seed": seed,
                                   "swept_kl_coef": None,
-                                  "iteration": point, "model": agent, "task_reward": r,
+                                  "iteration": point, "agent": agent, "task_reward": r,
                                   "kl": 0.0, "combined_reward": r})
     return rec.RunData(rows, evals, window=1)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import io
 
-from benchmarks.config import RunSpec, resolve_config
-from benchmarks.progress import Progress
+from benchmarks.settings.config import RunSpec, resolve_config
+from benchmarks.study.progress import Progress
 
 
 class Clock:
@@ -101,3 +101,16 @@ def test_parallel_runs_share_the_time_left():
             clock.now += 4.0
             bar.unit(specs[0].key, kind)
     assert a.estimate()[0] == 2 * b.estimate()[0] > 0
+
+
+def test_the_last_line_says_the_study_ended():
+    """The line written at the end counts every run done and none running, in a log too
+    (written then, however soon after the line before)."""
+    cfg = resolve_config("offline", iterations=30, eval_every=5, methods=["ppo"], seeds=[0])
+    specs = [RunSpec("sentiment", "ppo", 0)]
+    clock, out = Clock(), io.StringIO()
+    bar = Progress(cfg, specs, clock=clock, stream=out)
+    simulate(bar, clock, cfg, specs)
+    bar.ended(specs[0].key)
+    bar.close()
+    assert out.getvalue().splitlines()[-1].startswith("runs 1 done, 0 running, 0 waiting")

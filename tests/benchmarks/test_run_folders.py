@@ -1,4 +1,4 @@
-"""A run folder cannot be corrupted: one writer, a verified ledger, the code it ran, and bad
+"""A study folder cannot be corrupted: one writer, a verified ledger, the code it ran, and bad
 settings refused before anything is written."""
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from agents.llm.sampling import SAMPLER
 from agents.training.config import TrainConfig
-from agents.training.runlog import FolderBusy, LedgerError, RunLock, code_identity, resume_ledger
-from benchmarks import runner
-from benchmarks.records import no_records, read_jsonl
+from benchmarks.evidence.records import no_records, read_jsonl
 from benchmarks.run import main
+from benchmarks.study import coordinator
+from cory_common.runlog import FolderBusy, LedgerError, RunLock, code_identity, resume_ledger
 from cory_env.data.tokenizer import task_tokenizer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -46,24 +46,24 @@ def model(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def partial(model, tmp_path_factory):
-    """A run folder "killed" after 2 of 3 iterations (checkpoint at 2)."""
+    """A study folder "killed" after 2 of 3 iterations (checkpoint at 2)."""
     out = tmp_path_factory.mktemp("runs") / "partial"
     from benchmarks.run import build_parser, config_from_args
 
     cfg, _, _ = config_from_args(build_parser().parse_args(
         ARGS + ["--model", model, "--out", str(out)]))
-    runner.run_benchmark(cfg, out, progress=False, stop_after=2)
+    coordinator.run_benchmark(cfg, out, progress=False, stop_after=2)
     return out
 
 
 def copy(folder, tmp_path):
-    """A private copy of a run folder."""
+    """A private copy of a study folder."""
     return shutil.copytree(folder, tmp_path / "run")
 
 
 def holder(folder):
     """Another process that holds the folder's lock until killed."""
-    code = ("import sys, time; from agents.training.runlog import RunLock; "
+    code = ("import sys, time; from cory_common.runlog import RunLock; "
             "k = RunLock(sys.argv[1]).acquire(); print('locked', flush=True); time.sleep(120)")
     proc = subprocess.Popen([sys.executable, "-c", code, str(folder)], cwd=ROOT,
                             stdout=subprocess.PIPE, text=True)
@@ -126,7 +126,7 @@ def test_records_read_from_a_gzipped_copy_equal_the_plain_file(tmp_path):
     packed.parent.mkdir()
     packed.with_name("metrics.jsonl.gz").write_bytes(gzip.compress(plain.read_bytes()))
     assert len(records) == 3 and read_jsonl(packed) == records
-    assert no_records(packed.parent) is None  # a folder of gzipped records is a run folder
+    assert no_records(packed.parent) is None  # a folder of gzipped records is a study folder
     packed.write_text(lines[0] + "\n")  # the plain file, where both are, is the one read
     assert read_jsonl(packed) == records[:1]
 
@@ -134,7 +134,7 @@ def test_records_read_from_a_gzipped_copy_equal_the_plain_file(tmp_path):
 BROKEN = {  # file -> (what it is replaced by or gets appended, what the error must name)
     "metrics.jsonl": ('{"a": 1}\n', r"metrics.jsonl: record 1 is not a run record, it lacks "
                                      r"task, method, seed, iteration: \{\"a\": 1\}"),
-    "alone.jsonl": (None, r"alone.jsonl: record \d+ is not a run record, it lacks model"),
+    "alone.jsonl": (None, r"alone.jsonl: record \d+ is not a run record, it lacks agent"),
     "run_config.json": ("[1, 2", r"run_config.json is not valid JSON"),
     "mechanism.json": ("[]", r"mechanism.json holds a list, not a JSON object"),
 }
@@ -144,19 +144,19 @@ BROKEN = {  # file -> (what it is replaced by or gets appended, what the error m
 def test_report_names_a_broken_file_of_its_folder_and_writes_nothing(tmp_path, name):
     """`benchmarks.report` on a folder with a file that is not what a run writes: an error
     naming the file and what is wrong with it, and the folder left byte for byte."""
-    from benchmarks import report
+    from benchmarks.report import markdown
 
     folder = tmp_path / "tiny"
     shutil.copytree(Path(ROOT) / "docs/fidelity/tiny", folder)
     text, message = BROKEN[name]
-    if text is None:  # an alone record without its model
+    if text is None:  # an alone record without its agent
         record = json.loads((folder / name).read_text().splitlines()[-1])
-        del record["model"]
+        del record["agent"]
         text = (folder / name).read_text() + json.dumps(record) + "\n"
     (folder / name).write_text(text)
     before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
     with pytest.raises(SystemExit, match=message):
-        report.main([str(folder)])
+        markdown.main([str(folder)])
     assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
 
 
@@ -251,7 +251,7 @@ def test_an_edited_plugin_refuses_resume_unless_allowed(model, tmp_path, capsys)
 
     cfg, _, _ = config_from_args(build_parser().parse_args(
         ARGS + ["--model", model, "--import", str(plugin), "--out", str(run)]))
-    runner.run_benchmark(cfg, run, progress=False, stop_after=1)
+    coordinator.run_benchmark(cfg, run, progress=False, stop_after=1)
     saved = json.loads((run / "run_config.json").read_text())["code"]
     assert saved["imports"][str(plugin)]["sha256"]
     plugin.write_text("VALUE = 2\n")
@@ -271,9 +271,9 @@ def test_a_failed_start_leaves_no_folder_and_the_same_command_then_works(model, 
     def broken(cfg):
         raise RuntimeError("the model could not load")
 
-    import benchmarks.worker
+    import benchmarks.study.worker
 
-    monkeypatch.setattr(benchmarks.worker, "Trainer", broken)
+    monkeypatch.setattr(benchmarks.study.worker, "Trainer", broken)
     with pytest.raises(SystemExit) as exit_:
         main(ARGS + ["--model", model, "--out", str(out)])
     assert exit_.value.code == 1 and "could not load" in capsys.readouterr().err
@@ -387,7 +387,7 @@ def test_a_run_folder_records_the_commit_of_the_checkout_it_ran_from():
 
 # ------------------------------------------------------------------------------- merging
 def _run(model, out, *extra):
-    """A finished tiny run folder (ARGS with `extra` options) at `out`."""
+    """A finished tiny study folder (ARGS with `extra` options) at `out`."""
     main(ARGS + ["--model", model, "--out", str(out), *extra])
     return out
 

@@ -12,10 +12,10 @@ import torch
 from helpers import ToyTask
 
 import cory_env
-from agents.learners.ppo import PPOConfig
+from agents.learners.ppo_config import PPOConfig
 from agents.training.config import TrainConfig
-from benchmarks import transfer as tr
-from benchmarks import transfer_read as rd
+from benchmarks.evidence import transfer as rd
+from benchmarks.mechanism import measure as tr
 
 cory_env.register_task("toy", ToyTask)
 
@@ -109,7 +109,7 @@ def test_a_small_positive_denominator_gives_an_unbounded_ratio_not_an_explosion(
 
 
 def test_fieller_matches_a_hand_computed_interval():
-    from benchmarks.intervals import ratio_interval, t_quantile
+    from benchmarks.evidence.intervals import ratio_interval, t_quantile
 
     a, b = [1.0, 2.0, 3.0], [2.0, 2.0, 2.0]  # the denominator has no spread: a/2's interval
     r = ratio_interval(a, b)
@@ -138,7 +138,7 @@ def test_measure_transfer_trains_both_methods_and_saves_the_ratios(toy_lm, tmp_p
 
 
 def test_measure_command_rejects_bad_input_before_building(capsys):
-    from benchmarks.mechanism import main
+    from benchmarks.mechanism.cli import main
 
     for argv, message in ((["--measure", "nosuch"], "unknown task 'nosuch'"),
                           (["--measure", "sentiment", "--seeds", "a,b"], "--seeds must be")):
@@ -151,7 +151,7 @@ def test_the_split_of_trained_models_is_read_from_their_checkpoints(toy_lm, tmp_
     """At iteration 0 a checkpoint holds the untrained model: the checkpoint measurement then
     equals the plain one with the partner as pioneer, seed for seed; a missing agent is named."""
     from agents.training.train import Trainer
-    from benchmarks.mechanism import main
+    from benchmarks.mechanism.cli import main
 
     cfg = TrainConfig(task="toy", method="cory", model=str(toy_lm), batch_size=8, iterations=2,
                       max_new_tokens=4, ppo=PPOConfig(mini_batch_size=8))
@@ -186,7 +186,7 @@ def test_cross_role_transfer_from_finished_runs_equals_training_them_here(toy_lm
     from dataclasses import replace
 
     from agents.training.train import Trainer
-    from benchmarks.mechanism import main
+    from benchmarks.mechanism.cli import main
 
     model = shutil.copytree(toy_lm, tmp_path / "lm")
     cfg = TrainConfig(task="toy", model=str(model), iterations=2, batch_size=4, max_new_tokens=4,
@@ -230,7 +230,7 @@ def test_cross_role_transfer_from_finished_runs_equals_training_them_here(toy_lm
 def _merged_seeds_equal_one_measurement(paths: dict, whole: dict, tmp_path) -> None:
     """Each seed measured on its own (as its runs finish), then merged, gives the measurement
     of both seeds at once; overlapping seeds and another budget are refused by name."""
-    from benchmarks.mechanism import main
+    from benchmarks.mechanism.cli import main
 
     parts = {}
     for seed in (1, 0):

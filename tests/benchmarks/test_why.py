@@ -9,16 +9,17 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from benchmarks.budgets import arm_budget
-from benchmarks.records import FORMAT, RunData
-from benchmarks.why import Plan, check_summary, evaluate, main, render, seeds_needed
+from benchmarks.evidence.budgets import arm_budget
+from benchmarks.evidence.plan import Plan, evaluate, seeds_needed
+from benchmarks.evidence.records import FORMAT, RunData
+from benchmarks.why import check_summary, main, render
 
 GAINS = {"ppo": [0.8, 0.5, 0.9, 0.6], "cory": [0.3, 0.2, 0.5, 0.1],
          "cory-no-re": [0.32, 0.18, 0.52, 0.12]}
 
 
 def folder(tmp_path, steps=None):
-    """A run folder whose methods' alone gains per seed are GAINS (base 0, two later points
+    """A study folder whose methods' alone gains per seed are GAINS (base 0, two later points
     averaging the gain), with training records of 3 iterations at batch 4."""
     steps = steps or {}
     evals, rows = [], []
@@ -29,7 +30,7 @@ def folder(tmp_path, steps=None):
                 for a in agents:
                     evals.append({"task": "reviews", "method": method, "seed": seed,
                                   "swept_kl_coef": None, "run": f"reviews-{method}-seed{seed}",
-                                  "model": a, "iteration": it,
+                                  "agent": a, "iteration": it,
                                   "task_reward": r, "kl": 0.0, "combined_reward": r})
             for it in range(3):
                 for pos, a in enumerate(agents):
@@ -177,7 +178,7 @@ def test_a_plugin_method_or_task_its_folder_ran_is_accepted(tmp_path):
 
 
 def test_seeds_needed_follow_the_t_formula():
-    from benchmarks.why import Arm, Hypothesis
+    from benchmarks.evidence.plan import Arm, Hypothesis
 
     h = Hypothesis("x", "", Arm("f", "a"), Arm("f", "b"), margin=0.25)
     n = seeds_needed(0.25, h)
@@ -213,7 +214,7 @@ def published():
 
 
 def test_the_published_plan_names_registered_methods_and_renders(published):
-    from agents.learners.base import resolve_method
+    from agents.learners.registry import resolve_method
 
     plan, rows = published
     assert len(plan.hypotheses) >= 10 and plan.written
@@ -259,7 +260,7 @@ seeds = 4''')
 
 
 def test_a_welch_contrast_is_scipys_welch_test(tmp_path):
-    from benchmarks.intervals import welch_interval
+    from benchmarks.evidence.intervals import welch_interval
 
     a, b = [0.3, 0.2, 0.5, 0.1, 0.45], [0.8, 0.5, 0.9]
     iv = welch_interval(a, b)

@@ -91,3 +91,11 @@ def test_course_rewards_the_first_word():
     assert task.reward([snow] * 4, ["white", "white red", "red white", ""]).tolist() == [
         1.0, 1.0, 0.0, 0.0]
     assert len(env.unwrapped.tokenizer) == 24
+
+
+def test_a_step_without_the_acting_agents_action_names_it():
+    env = cory_env.parallel_env(task="course")
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match=r"'llm_0' acts now .* hold \['llm_1'\]"):
+        env.step({"llm_1": 1})
+    env.step({"llm_0": 1, "llm_1": 5})  # the acting agent's is applied, the other's ignored

@@ -269,7 +269,7 @@ def test_a_tokenizer_that_declares_bos_starts_every_prompt_with_exactly_one(tiny
     """Gemma's tokenizer adds BOS (the model speaks word salad without it); SmolLM2's and the
     tiny Llama's add none. Every position's prompt starts with what the tokenizer declares,
     once, also when a long prompt is cut on the left to fit."""
-    from cory_env.core import leading_ids
+    from cory_env.prompts import leading_ids
 
     tok = load_tokenizer(tiny_gemma)
     assert leading_ids(tok) == [tok.bos_token_id] and leading_ids(load_tokenizer(tiny_gguf)) == []

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from cory_common.files import atomic_dir, cache_dir, cached_dir
-from cory_env.data import corpus, scorer, tokenizer
+from cory_env.data import arithmetic_corpus, corpus, scorer, sentiment_corpus, tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 LAST_NUMBER = re.compile(r"(\d+)\D*$")
@@ -54,10 +54,10 @@ def cache(built, monkeypatch):
 
 def test_generators_are_deterministic():
     calls = [
-        lambda s: corpus.sentiment_reviews(50, s),
-        lambda s: corpus.sentiment_rewrites(50, s),
-        lambda s: corpus.arithmetic_problems(50, s, "test"),
-        lambda s: corpus.arithmetic_references(50, s),
+        lambda s: sentiment_corpus.sentiment_reviews(50, s),
+        lambda s: sentiment_corpus.sentiment_rewrites(50, s),
+        lambda s: arithmetic_corpus.arithmetic_problems(50, s, "test"),
+        lambda s: arithmetic_corpus.arithmetic_references(50, s),
         lambda s: corpus.pretraining_texts("sentiment", 50, s),
         lambda s: corpus.pretraining_texts("arithmetic", 50, s),
     ]
@@ -67,11 +67,11 @@ def test_generators_are_deterministic():
 
 
 def test_reviews_are_balanced_varied_and_short():
-    reviews = corpus.sentiment_reviews(2000, 0)
+    reviews = sentiment_corpus.sentiment_reviews(2000, 0)
     assert 0.45 < np.mean([y for _, y in reviews]) < 0.55
     vocab = {w.strip('.,!?"').lower() for text, _ in reviews for w in text.split()}
     assert len(vocab) > 400
-    positive, negative = corpus.sentiment_lexicon()
+    positive, negative = sentiment_corpus.sentiment_lexicon()
     assert len(vocab & positive) > 50 and len(vocab & negative) > 50
     for text, _ in reviews:
         assert 15 <= len(text.split()) <= 40
@@ -81,9 +81,9 @@ def test_reviews_are_balanced_varied_and_short():
 
 
 def test_rewrites_copy_the_query_and_remove_negative_words():
-    positive, negative = corpus.sentiment_lexicon()
+    positive, negative = sentiment_corpus.sentiment_lexicon()
     changed = 0
-    for s in corpus.sentiment_rewrites(1000, 0):
+    for s in sentiment_corpus.sentiment_rewrites(1000, 0):
         m = re.fullmatch(r'I can make this sentence "(.*)" more positive: (.*)', s, re.DOTALL)
         assert m, s
         original, rewrite = m.groups()
@@ -101,7 +101,8 @@ def test_rewrites_copy_the_query_and_remove_negative_words():
 
 
 def test_arithmetic_solutions_end_with_the_answer():
-    for p in corpus.arithmetic_problems(500, 0) + corpus.arithmetic_problems(500, 0, "test"):
+    problems = arithmetic_corpus.arithmetic_problems
+    for p in problems(500, 0) + problems(500, 0, "test"):
         assert set(p) == {"question", "solution", "answer"}
         assert int(p["answer"]) >= 0 and p["answer"] == str(int(p["answer"]))
         assert LAST_NUMBER.search(p["solution"]).group(1) == p["answer"]
@@ -110,23 +111,23 @@ def test_arithmetic_solutions_end_with_the_answer():
 
 
 def test_arithmetic_splits_are_disjoint():
-    train = {p["question"] for p in corpus.arithmetic_problems(3000, 0, "train")}
-    test = {p["question"] for p in corpus.arithmetic_problems(3000, 1, "test")}
+    train = {p["question"] for p in arithmetic_corpus.arithmetic_problems(3000, 0, "train")}
+    test = {p["question"] for p in arithmetic_corpus.arithmetic_problems(3000, 1, "test")}
     assert len(train) == 3000 and len(test) == 3000
     assert not train & test
-    assert all(corpus.arith_split(q) == "test" for q in test)
-    one_shot_question = corpus.ARITH_ONE_SHOT.splitlines()[0].removeprefix("Question: ")
+    assert all(arithmetic_corpus.arith_split(q) == "test" for q in test)
+    one_shot_question = arithmetic_corpus.ARITH_ONE_SHOT.splitlines()[0].removeprefix("Question: ")
     assert one_shot_question not in train | test
     with pytest.raises(ValueError):
-        corpus.arithmetic_problems(1, 0, "valid")
+        arithmetic_corpus.arithmetic_problems(1, 0, "valid")
 
 
 def test_one_shot_and_references_format():
-    assert re.fullmatch(r"Question: [^\n]+\nAnswer: [^\n]+\.\n", corpus.ARITH_ONE_SHOT)
-    problems = corpus.arithmetic_problems(400, 5)
+    assert re.fullmatch(r"Question: [^\n]+\nAnswer: [^\n]+\.\n", arithmetic_corpus.ARITH_ONE_SHOT)
+    problems = arithmetic_corpus.arithmetic_problems(400, 5)
     right = 0
-    for text, p in zip(corpus.arithmetic_references(400, 5), problems, strict=True):
-        prompt = corpus.arith_prompt(p["question"])
+    for text, p in zip(arithmetic_corpus.arithmetic_references(400, 5), problems, strict=True):
+        prompt = arithmetic_corpus.arith_prompt(p["question"])
         assert text.startswith(prompt.removesuffix("Answer:") + "Reference: ")
         assert text.endswith(f"\nAnswer: {p['solution']}")
         reference = re.search(r"\nReference: (.*)\n", text).group(1)
@@ -141,7 +142,7 @@ def test_pretraining_mixtures():
     assert len(sentiment) == 1000
     assert 250 < sum(t.startswith("I can make this sentence") for t in sentiment) < 350
     arithmetic = corpus.pretraining_texts("arithmetic", 1000, 0)
-    assert all(t.startswith(corpus.ARITH_ONE_SHOT) for t in arithmetic)
+    assert all(t.startswith(arithmetic_corpus.ARITH_ONE_SHOT) for t in arithmetic)
     assert 350 < sum("\nReference: " in t for t in arithmetic) < 450
     with pytest.raises(ValueError):
         corpus.pretraining_texts("chess", 1, 0)
@@ -214,7 +215,7 @@ def test_tokenizer_digits_are_single_tokens(cache, task):
 
 def test_arithmetic_prompt_is_compact(cache):
     tok = tokenizer.task_tokenizer("arithmetic")
-    assert len(tok.encode(corpus.ARITH_ONE_SHOT)) < 70
+    assert len(tok.encode(arithmetic_corpus.ARITH_ONE_SHOT)) < 70
 
 
 # ----------------------------------------------------------------------------- scorer
@@ -230,7 +231,7 @@ def test_scorer_ranks_positive_above_negative(cache):
     ])
     assert logits.dtype == np.float32 and logits.shape == (6,)
     assert logits[0] > 0 > logits[1] and logits[2] > logits[3] and logits[4] > 0 > logits[5]
-    positive, negative = corpus.sentiment_lexicon()
+    positive, negative = sentiment_corpus.sentiment_lexicon()
     pos = model([f"The acting is {w}." for w in sorted(positive)])
     neg = model([f"The acting is {w}." for w in sorted(negative)])
     assert pos.mean() > 0.5 > -0.5 > neg.mean()
@@ -252,7 +253,7 @@ def test_saturated_sentiment_reward_levels_off_like_a_classifier_logit(cache):
 def test_scorer_is_finite_fast_and_accurate_on_fresh_reviews(cache):
     model = scorer.sentiment_scorer()
     assert np.isfinite(model(TRICKY + ["!!!", "123", "x" * 10_000])).all()
-    reviews = corpus.sentiment_reviews(256, 12345)
+    reviews = sentiment_corpus.sentiment_reviews(256, 12345)
     texts = [t for t, _ in reviews]
     start = time.perf_counter()
     logits = model(texts)

@@ -134,3 +134,13 @@ def test_a_text_policy_answers_within_the_env_cap_and_the_models_positions(tmp_p
     with pytest.raises(ValueError, match=r"plus max_new_tokens=40 needs \d+ positions, but the "
                                          r"model has 32"):
         too_long("colour of snow ?")
+
+
+def test_ex6_refuses_a_bad_value_before_any_game(capsys):
+    for argv, said in ((["--iterations", "-1"], "--iterations must be a positive integer"),
+                       (["--batch", "0"], "--batch must be a positive integer"),
+                       (["--games", "0"], "--games must be a positive integer")):
+        with pytest.raises(SystemExit):
+            ex6_game.main(argv)
+        out, err = capsys.readouterr()
+        assert said in err and "player 0" not in out and "Traceback" not in err, (out, err)

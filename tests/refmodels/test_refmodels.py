@@ -1,4 +1,4 @@
-"""Tests for the offline reference LMs (agents.refmodels), on the fast "tiny" budget."""
+"""Tests for the offline reference LMs (agents.refmodels), on the fast "tiny" size."""
 
 import json
 
@@ -11,7 +11,7 @@ from agents.refmodels import data as refdata
 from agents.refmodels import measure, pretrain
 from cory_env.data import scorer, tokenizer
 
-REPORT_KEYS = {"task", "budget", "model", "train", "heldout_perplexity", "samples", "copy",
+REPORT_KEYS = {"task", "size", "model", "train", "heldout_perplexity", "samples", "copy",
                "gap", "observer_gap", "pioneer_pass@1", "eval_episodes"}
 
 
@@ -29,13 +29,13 @@ def cache_root(tmp_path_factory):
 @pytest.fixture
 def cache(cache_root, monkeypatch):
     monkeypatch.setenv("CORY_CACHE", str(cache_root))
-    monkeypatch.delenv(pretrain.BUDGET_ENV, raising=False)
+    monkeypatch.delenv(pretrain.SIZE_ENV, raising=False)
     return cache_root
 
 
 @pytest.mark.parametrize("task", ["sentiment", "arithmetic"])
 def test_build_gives_loadable_model_tokenizer_and_report(cache, task):
-    path = pretrain.reference_lm(task, budget="tiny", verbose=False)
+    path = pretrain.reference_lm(task, size="tiny", verbose=False)
     assert path == cache / "models" / f"{task}-tiny-{pretrain.VERSIONS[task]}"
     model = GPT2LMHeadModel.from_pretrained(path)
     tok = AutoTokenizer.from_pretrained(path)
@@ -46,13 +46,13 @@ def test_build_gives_loadable_model_tokenizer_and_report(cache, task):
 
     report = json.loads((path / "report.json").read_text())
     assert REPORT_KEYS <= set(report)
-    assert report["task"] == task and report["budget"] == "tiny"
+    assert report["task"] == task and report["size"] == "tiny"
     gap = report["gap"]
     assert report["observer_gap"] == pytest.approx(
         gap["observer_reward_kt"] - gap["observer_reward_no_kt"])
     assert all(np.isfinite(v) for v in gap.values())
     assert all(np.isfinite(v) for v in report["copy"].values())
-    assert len(report["samples"]) == pretrain.BUDGETS["tiny"][task].n_samples
+    assert len(report["samples"]) == pretrain.SIZES["tiny"][task].n_samples
     assert {"query", "pioneer", "observer", "rewards"} <= set(report["samples"][0])
     if task == "arithmetic":
         assert 0.0 <= report["pioneer_pass@1"] <= 1.0
@@ -64,32 +64,32 @@ def test_build_gives_loadable_model_tokenizer_and_report(cache, task):
 
 
 def test_second_call_reuses_the_cache(cache, monkeypatch):
-    path = pretrain.reference_lm("arithmetic", budget="tiny", verbose=False)
+    path = pretrain.reference_lm("arithmetic", size="tiny", verbose=False)
     mtime = (path / "model.safetensors").stat().st_mtime_ns
 
     def fail(*args, **kwargs):
         raise AssertionError("retrained although cached")
 
     monkeypatch.setattr(pretrain, "_train", fail)
-    assert pretrain.reference_lm("arithmetic", budget="tiny") == path
+    assert pretrain.reference_lm("arithmetic", size="tiny") == path
     assert (path / "model.safetensors").stat().st_mtime_ns == mtime
 
 
-def test_budget_comes_from_the_environment(cache, monkeypatch):
-    monkeypatch.setenv(pretrain.BUDGET_ENV, "tiny")
-    assert pretrain.resolve_budget() == "tiny"
+def test_size_comes_from_the_environment(cache, monkeypatch):
+    monkeypatch.setenv(pretrain.SIZE_ENV, "tiny")
+    assert pretrain.resolve_size() == "tiny"
     version = pretrain.VERSIONS["arithmetic"]
     assert pretrain.model_dir("arithmetic") == cache / "models" / f"arithmetic-tiny-{version}"
-    monkeypatch.delenv(pretrain.BUDGET_ENV)
-    assert pretrain.resolve_budget() == "full"
-    with pytest.raises(ValueError, match="budget"):
-        pretrain.resolve_budget("huge")
+    monkeypatch.delenv(pretrain.SIZE_ENV)
+    assert pretrain.resolve_size() == "full"
+    with pytest.raises(ValueError, match="size"):
+        pretrain.resolve_size("huge")
     with pytest.raises(ValueError, match="task"):
-        pretrain.reference_lm("poetry", budget="tiny")
+        pretrain.reference_lm("poetry", size="tiny")
 
 
 def test_build_report_reads_a_model_folder(cache):
-    path = pretrain.reference_lm("arithmetic", budget="tiny", verbose=False)
+    path = pretrain.reference_lm("arithmetic", size="tiny", verbose=False)
     again = measure.build_report("arithmetic", path)
     saved = json.loads((path / "report.json").read_text())
     assert again["heldout_perplexity"] == pytest.approx(saved["heldout_perplexity"], rel=1e-4)
@@ -101,7 +101,7 @@ def test_tiny_builds_are_deterministic(tmp_path, monkeypatch):
     for name in ("a", "b"):
         monkeypatch.setenv("CORY_CACHE", str(tmp_path / name))
         _reset_memo()
-        path = pretrain.reference_lm("arithmetic", budget="tiny", verbose=False)
+        path = pretrain.reference_lm("arithmetic", size="tiny", verbose=False)
         weights.append(GPT2LMHeadModel.from_pretrained(path).state_dict())
     _reset_memo()
     assert weights[0].keys() == weights[1].keys()
@@ -129,7 +129,7 @@ def test_shared_prefix_loss_equals_the_plain_loss(cache):
     seqs = data.sequences(6, seed=5)
     ids, mask, weights = refdata.pad_rows(seqs, range(6), data.eos, prompt_weight=0.5)
     assert pretrain._common_prefix(ids, mask) >= 16
-    model = pretrain._new_model(len(data.tok), data.eos, pretrain.BUDGETS["tiny"]["arithmetic"])
+    model = pretrain._new_model(len(data.tok), data.eos, pretrain.SIZES["tiny"]["arithmetic"])
     results = []
     for min_shared in (16, 10**9):
         model.zero_grad()
@@ -163,11 +163,11 @@ def test_build_child_waits_by_the_one_rule_only_when_this_process_cannot(monkeyp
 
 
 def test_repeated_gap_resamples_with_fixed_seeds(cache):
-    path = pretrain.reference_lm("arithmetic", budget="tiny", verbose=False)
+    path = pretrain.reference_lm("arithmetic", size="tiny", verbose=False)
     first, again = (measure.repeated_gap("arithmetic", path, 2) for _ in range(2))
     assert first == again  # seeded
     assert len(first["gaps"]) == 2 and first["mean"] == pytest.approx(np.mean(first["gaps"]))
-    assert first["episodes_each"] == pretrain.BUDGETS["tiny"]["arithmetic"].eval_episodes
+    assert first["episodes_each"] == pretrain.SIZES["tiny"]["arithmetic"].eval_episodes
 
 
 def test_a_task_names_its_offline_model_and_a_new_one_inherits_it(cache, monkeypatch):
@@ -178,7 +178,7 @@ def test_a_task_names_its_offline_model_and_a_new_one_inherits_it(cache, monkeyp
     from agents.training.train import Trainer, default_model
     from cory_env.tasks.offline import SentimentTask
 
-    monkeypatch.setenv(pretrain.BUDGET_ENV, "tiny")
+    monkeypatch.setenv(pretrain.SIZE_ENV, "tiny")
 
     @cory_env.register_task("my-reviews")
     class MyReviews(SentimentTask):
@@ -200,19 +200,19 @@ def test_the_command_builds_quietly_and_rebuilds_on_force(tmp_path, monkeypatch,
     import agents.refmodels.__main__ as cli
 
     calls = []
-    monkeypatch.setattr(cli, "build", lambda task, budget, out, verbose: calls.append(
-        ("build", task, budget, verbose)))
+    monkeypatch.setattr(cli, "build", lambda task, size, out, verbose: calls.append(
+        ("build", task, size, verbose)))
     assert cli.main(["--worker", "sentiment", "tiny", str(tmp_path)]) == 0
     assert cli.main(["--worker", "sentiment", "tiny", str(tmp_path), "--quiet"]) == 0
     folder = tmp_path / "lm"
     folder.mkdir()
     (folder / "report.json").write_text(json.dumps({"task": "sentiment"}))
-    monkeypatch.setattr(cli, "rebuild", lambda task, budget: calls.append(("rebuild", task))
+    monkeypatch.setattr(cli, "rebuild", lambda task, size: calls.append(("rebuild", task))
                         or folder)
-    monkeypatch.setattr(cli, "reference_lm", lambda task, budget: calls.append(("cached", task))
+    monkeypatch.setattr(cli, "reference_lm", lambda task, size: calls.append(("cached", task))
                         or folder)
-    assert cli.main(["--tasks", "sentiment", "--budget", "tiny", "--force"]) == 0
-    assert cli.main(["--tasks", "sentiment", "--budget", "tiny"]) == 0
+    assert cli.main(["--tasks", "sentiment", "--size", "tiny", "--force"]) == 0
+    assert cli.main(["--tasks", "sentiment", "--size", "tiny"]) == 0
     assert calls == [("build", "sentiment", "tiny", True), ("build", "sentiment", "tiny", False),
                      ("rebuild", "sentiment"), ("cached", "sentiment")]
     assert "not measured yet" in capsys.readouterr().out

@@ -31,7 +31,7 @@ def main(argv=None) -> dict:
     """Run one MAPPO step; print and return peak RSS and the critic update's seconds."""
     import torch
 
-    from agents.learners.ppo import PPOConfig
+    from agents.learners.ppo_config import PPOConfig
     from agents.training.config import TrainConfig
     from agents.training.train import Trainer
 

@@ -33,7 +33,7 @@ if __package__ in (None, ""):  # `python tools/perf/real_model.py`
 import torch
 
 import agents.llm.rollout as rollout_module
-from agents.learners.ppo import PPOConfig
+from agents.learners.ppo_config import PPOConfig
 from agents.llm.loading import LoraSettings
 from agents.llm.policy import LLMPolicy
 from agents.llm.rollout import answer_alone
@@ -167,7 +167,7 @@ def phase_row(seconds: float, flops: float, peak: float) -> dict:
 
 def alone_evaluation(trainer: Trainer, n: int, clock: Clock, peak: float) -> dict:
     """Time the study's alone evaluation of one model: n held-out queries answered in batches
-    of 64 with their exact KL (`benchmarks/evaluate.py`); its phases and floor."""
+    of 64 with their exact KL (`benchmarks/study/evaluate.py`); its phases and floor."""
     env = BatchedCoryEnv(batch_size=64, task=trainer.env.task, tokenizer=trainer.env.tokenizer,
                          max_new_tokens=trainer.env.max_new_tokens, split="test",
                          n_agents=1, seed=0)

@@ -1,13 +1,13 @@
-"""A study's wall time against its workers, simulated from a finished run folder's log.
+"""A study's wall time against its workers, simulated from a finished study folder's log.
 
     python tools/perf/study_scaling.py docs/fidelity/real --workers 1,2,8,32 --slowdown 1.0
 
 Each run's time is read from log.txt (from the event before it to its "finished" line, for runs
 that ran without a resume), as a median per method; every run of the folder's settings is then
 placed on W workers, the costliest first, each on the first worker free (what
-`benchmarks.study` does). `--slowdown` multiplies each run's time (a run on fewer threads than
-the folder's). Prints one JSON line: per method the median run time, and per W the study's
-simulated wall time and its ratio to one worker.
+`benchmarks.study.recorder` does). `--slowdown` multiplies each run's time (a run on fewer
+threads than the folder's). Prints one JSON line: per method the median run time, and per W
+the study's simulated wall time and its ratio to one worker.
 """
 
 from __future__ import annotations

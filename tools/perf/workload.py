@@ -82,7 +82,7 @@ def train_config(model: str, method: str, *, task: str = "perf-ref", batch_size:
     maps config paths to values (`{"ppo.max_tokens_per_pass": 512, "lora": True}`), set as the
     command line sets them (`cory_common.cli.apply`); the reference workload adds its
     repetition penalty 1.1 and KL coefficient 0.3."""
-    from agents.learners.ppo import KLConfig, PPOConfig
+    from agents.learners.ppo_config import KLConfig, PPOConfig
     from agents.llm.sampling import SamplingConfig
     from agents.training.config import TrainConfig
     from cory_common import cli

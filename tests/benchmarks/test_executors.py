@@ -1,0 +1,199 @@
+"""A study over every core and any Ray cluster: one writer, the same records, resume after a
+lost worker, and bad settings refused by name before anything is written."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from benchmarks.evidence.records import RunData
+from benchmarks.settings.config import resolve_config
+from benchmarks.study.coordinator import StudyFailed, run_benchmark
+from benchmarks.study.executors import Execution
+
+FAIL_PLUGIN = '''
+from agents.learners.registry import register_learner
+from agents.learners.ppo_learner import PPO
+
+
+@register_learner("fails-on-seed-1")
+class FailsOnSeed1(PPO):
+    def update(self, turns, iteration):
+        if self.seed == 1 and iteration == 1:
+            raise RuntimeError("seed 1 breaks at iteration 1")
+        return super().update(turns, iteration)
+'''
+
+
+def quick(**kw):
+    """A two-run --quick study of the tiny offline model."""
+    return resolve_config("offline", quick=True, **{"methods": ["ppo"], "seeds": [0, 1], **kw})
+
+
+def records(folder: Path) -> tuple[list, list]:
+    """A folder's records without their wall-clock fields."""
+    data = RunData.load(folder)
+    strip = [{k: v for k, v in r.items() if not k.startswith("time_")} for r in data.rows]
+    return strip, data.evals
+
+
+def test_workers_2_equal_workers_1_record_for_record(tmp_path):
+    cfg = quick(methods=["ppo", "cory"])
+    run_benchmark(cfg, tmp_path / "one", progress=False)
+    run_benchmark(cfg, tmp_path / "two", progress=False, execution=Execution(workers=2))
+    assert records(tmp_path / "one") == records(tmp_path / "two")
+    log = (tmp_path / "two" / "log.txt").read_text()
+    assert "2 at once, 1 thread(s) each" in log and "running on process" in log
+    ckpts = sorted(p.name for p in (tmp_path / "two" / "ckpt").iterdir())
+    assert ckpts == sorted(p.name for p in (tmp_path / "one" / "ckpt").iterdir())
+
+
+def test_a_failed_run_is_named_with_its_traceback_and_the_others_finish(tmp_path, capsys):
+    plugin = tmp_path / "failing.py"
+    plugin.write_text(FAIL_PLUGIN)
+    cfg = quick(methods=["fails-on-seed-1"], **{"import": [str(plugin)]})
+    with pytest.raises(StudyFailed, match=r"1 run\(s\) failed: sentiment-fails-on-seed-1-seed1"):
+        run_benchmark(cfg, tmp_path / "run", progress=False, execution=Execution(workers=2))
+    assert "seed 1 breaks at iteration 1" in capsys.readouterr().err
+    done = sorted(p.name for p in (tmp_path / "run" / "done").iterdir())
+    assert done == ["sentiment-fails-on-seed-1-seed0"]
+    assert (tmp_path / "run" / "report.md").exists()
+    assert "RuntimeError: seed 1 breaks" in (tmp_path / "run" / "log.txt").read_text()
+
+
+@pytest.mark.parametrize("execution, message", [
+    (Execution(workers=0), "workers must be a positive integer, got 0"),
+    (Execution(ray="127.0.0.1:1"), "--ray 127.0.0.1:1: no Ray cluster answers there"),
+    (Execution(ray="nowhere"), "--ray must be auto, local or HOST:PORT"),
+    (Execution(storage="/tmp"), "--storage is for --ray"),
+    (Execution(ray="auto", storage="/no/such/folder"), "--storage '/no/such/folder' is not a"),
+])
+def test_bad_execution_settings_are_refused_by_name_before_anything_is_written(
+        tmp_path, execution, message):
+    with pytest.raises(ValueError, match=message):
+        run_benchmark(quick(), tmp_path / "run", progress=False, execution=execution)
+    assert not (tmp_path / "run").exists()
+
+
+def test_more_threads_than_cores_is_a_warning_naming_both(tmp_path, monkeypatch):
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    with pytest.warns(RuntimeWarning, match=r"--workers 3 x --threads 1 = 3 threads on 2 cores"):
+        Execution(workers=3).check(threads=1)
+
+
+def test_the_command_line_takes_the_execution_settings(tmp_path, capsys):
+    from benchmarks.run import main
+
+    for argv, message in ((["--workers", "0"], "workers must be a positive integer, got 0"),
+                          (["--ray", "127.0.0.1:1"], "no Ray cluster answers there")):
+        with pytest.raises(SystemExit):
+            main([*argv, "--quick", "--out", str(tmp_path / "run")])
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A real two-node Ray cluster on this machine (loopback), one CPU each."""
+    import os
+
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"  # nothing leaves the machine
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # the nodes listen on loopback only
+    ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    second = c.add_node(num_cpus=1)
+    c.wait_for_nodes()
+    yield c, second
+    ray.shutdown()
+    c.shutdown()
+
+
+def _nodes(folder: Path) -> set[str]:
+    """The node ids the log says runs ran on."""
+    return {line.rsplit("running on node ", 1)[1].strip()
+            for line in (folder / "log.txt").read_text().splitlines() if "running on node" in line}
+
+
+@pytest.mark.slow
+def test_a_study_on_a_two_node_ray_cluster_resumes_after_a_lost_node(tmp_path, cluster):
+    c, second = cluster
+    address = c.address
+    # both nodes run runs; records equal this process's
+    cfg = quick()
+    run_benchmark(cfg, tmp_path / "here", progress=False)
+    run_benchmark(cfg, tmp_path / "ray", progress=False, execution=Execution(ray=address))
+    assert records(tmp_path / "ray") == records(tmp_path / "here")
+    assert len(_nodes(tmp_path / "ray")) == 2
+    import ray
+
+    assert {n["NodeManagerAddress"] for n in ray.nodes()} == {"127.0.0.1"}  # loopback only
+    # a node lost mid-run: the study names the run and ends; --resume completes it
+    long = quick(iterations=20)  # long enough that the node is lost mid-run
+    run_benchmark(long, tmp_path / "whole", progress=False)
+    folder = tmp_path / "lost"
+
+    def kill_second_node():
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            lines = (folder / "metrics.jsonl").read_text().splitlines() \
+                if (folder / "metrics.jsonl").exists() else []
+            if len(lines) >= 4:
+                c.remove_node(second, allow_graceful=False)
+                return
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_second_node)
+    killer.start()
+    with pytest.raises(StudyFailed, match=r"run\(s\) failed: "):
+        run_benchmark(long, folder, progress=False, execution=Execution(ray=address))
+    killer.join()
+    assert "its worker was lost" in (folder / "log.txt").read_text()
+    c.add_node(num_cpus=1)
+    c.wait_for_nodes()
+    run_benchmark(long, folder, resume=True, progress=False, execution=Execution(ray=address))
+    assert records(folder) == records(tmp_path / "whole")
+    assert json.loads((folder / "run_config.json").read_text())["format"] == 5
+
+
+@pytest.mark.slow
+def test_resume_after_the_coordinator_is_killed_runs_only_what_is_missing(tmp_path):
+    """SIGKILL the coordinating process of a --workers 2 study mid-run: its workers stop with
+    it, and --resume finishes with records equal to an uninterrupted study."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    args = ["--quick", "--methods", "ppo,cory", "--seeds", "0,1", "--iterations", "6",
+            "--no-progress"]
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    subprocess.run([sys.executable, "-m", "benchmarks.run", *args, "--out", str(whole)],
+                   check=True, capture_output=True)
+    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.run", *args, "--workers", "2",
+                             "--out", str(cut)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline and not (
+            (cut / "metrics.jsonl").exists()
+            and len((cut / "metrics.jsonl").read_text().splitlines()) >= 6):
+        time.sleep(0.05)
+    children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
+                              text=True).stdout.split()
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.time() + 30  # the workers notice their coordinator is gone
+    while time.time() < deadline and any(os.path.exists(f"/proc/{c}") and
+                                         "Z" not in open(f"/proc/{c}/stat").read().split()[2]
+                                         for c in children):
+        time.sleep(0.2)
+    assert not list((cut / "done").glob("*")) or len(list((cut / "done").glob("*"))) < 4
+    subprocess.run([sys.executable, "-m", "benchmarks.run", "--resume", "--out", str(cut),
+                    "--workers", "2", "--no-progress"], check=True, capture_output=True)
+    assert records(cut) == records(whole)
+    assert "resuming 4 runs" in (cut / "log.txt").read_text()
