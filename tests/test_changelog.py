@@ -4,8 +4,9 @@ names every study-folder and checkpoint format this version reads."""
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 
