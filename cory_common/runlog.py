@@ -306,7 +306,7 @@ def _sha256(path: Path) -> str:
 def _commit() -> str | None:
     """The git commit of the checkout this package runs from, with "-dirty" when its tracked
     files differ from it (None outside a checkout)."""
-    here = Path(__file__).resolve().parents[2]  # the checkout's root (.git: a folder or file)
+    here = Path(__file__).resolve().parents[1]  # the checkout's root (.git: a folder or file)
     if not (here / ".git").exists():
         return None
     try:

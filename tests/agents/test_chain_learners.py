@@ -215,7 +215,7 @@ def test_every_position_after_the_pioneer_reports_its_copy_rate(monkeypatch):
     repeated the previous position's answer verbatim."""
     from types import SimpleNamespace
 
-    import agents.learners.registry as base
+    import agents.learners.learner as base
 
     learner = base.Learner.__new__(base.Learner)
     learner.agents, learner.cfg = {}, SimpleNamespace(report_kl_coef=0.0)

@@ -155,11 +155,11 @@ def test_run_folders_and_checkpoints_of_an_earlier_format_are_refused_by_name(tm
 
     (tmp_path / "run_config.json").write_text(json.dumps(
         {"format": 2, "train": {"ppo": {"init_kl_coef": 0.2, "kl_in": "reward"}}}))
-    with pytest.raises(ValueError, match="study-folder format 2, this version reads format 5"):
+    with pytest.raises(ValueError, match="study-folder format 2, this version reads format 6"):
         RunData.load(tmp_path)
     # format 3 recorded the training combined reward at the current KL coefficient: refused
     (tmp_path / "run_config.json").write_text(json.dumps({"format": 3, "train": {}}))
-    with pytest.raises(ValueError, match="study-folder format 3, this version reads format 5"):
+    with pytest.raises(ValueError, match="study-folder format 3, this version reads format 6"):
         RunData.load(tmp_path)
     with pytest.raises(ValueError, match=f"checkpoint format 1, this version reads format "
                                          f"{FORMAT} only"):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.evidence.records import RunData
+from benchmarks.evidence.records import FORMAT, RunData
 from benchmarks.settings.config import resolve_config
 from benchmarks.study.coordinator import StudyFailed, run_benchmark
 from benchmarks.study.executors import Execution
@@ -158,7 +158,7 @@ def test_a_study_on_a_two_node_ray_cluster_resumes_after_a_lost_node(tmp_path, c
     c.wait_for_nodes()
     run_benchmark(long, folder, resume=True, progress=False, execution=Execution(ray=address))
     assert records(folder) == records(tmp_path / "whole")
-    assert json.loads((folder / "run_config.json").read_text())["format"] == 5
+    assert json.loads((folder / "run_config.json").read_text())["format"] == FORMAT
 
 
 @pytest.mark.slow
