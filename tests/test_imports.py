@@ -78,3 +78,23 @@ def test_configure_chooses_once_at_the_entry_point_and_children_keep_it(tmp_path
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "1 torch thread(s), wait PASSIVE | PASSIVE 1 1"
+
+
+def test_another_package_named_agents_first_on_the_path_is_named_in_one_line(tmp_path):
+    """openai-agents also imports as `agents`: with such a package first on the path, run from
+    outside the repository, the user is told in one line which two packages clash and what to
+    do; `python -m cory_common` names them too. From the repository root nothing is said."""
+    stand_in = tmp_path / "site" / "agents"
+    stand_in.mkdir(parents=True)
+    (stand_in / "__init__.py").write_text("")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
+    for cmd in (["-c", "import cory_env"], ["-m", "cory_common"]):
+        out = subprocess.run([sys.executable, *cmd], cwd=tmp_path, env=env, capture_output=True,
+                             text=True, timeout=300)
+        said = [line for line in (out.stdout + out.stderr).splitlines() if "`agents`" in line]
+        assert len(said) == 1, out.stdout + out.stderr
+        assert str(stand_in) in said[0] and str(ROOT / "agents") in said[0], said
+        assert "virtual environment" in said[0]
+    quiet = subprocess.run([sys.executable, "-c", "import cory_env, agents, benchmarks"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert quiet.returncode == 0 and "PackageClash" not in quiet.stderr, quiet.stderr

@@ -83,6 +83,8 @@ def elsewhere(words: list[str]) -> bool:
     path (a model, a dataset, shared storage) this machine lacks."""
     if "cuda" in " ".join(words) and shutil.which("nvidia-smi") is None:
         return True
+    if any(re.search(r":PORT\b", w) for w in words):  # an address the docs leave to the reader
+        return True
     paths = [p for w in words for p in re.split(r"[=,]", w) if p.startswith("/")]
     return any(not Path(p).exists() for p in paths)
 

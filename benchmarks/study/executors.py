@@ -13,11 +13,9 @@ as text. A run whose worker dies without one (a lost node, a killed process) com
 
 from __future__ import annotations
 
-import importlib.util
 import multiprocessing
 import os
 import queue
-import socket
 import tempfile
 import threading
 import time
@@ -27,6 +25,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
+from benchmarks.study.ray_cluster import check_ray, ray_environment
 from benchmarks.study.worker import Job, train_run
 from cory_common.checks import check_int, meta
 from cory_common.threads import configure
@@ -68,24 +67,6 @@ class Execution:
                           f"wait for each other's cores", RuntimeWarning, stacklevel=2)
         self.__dict__["_checked"] = (threads, wandb)
         return self
-
-
-def check_ray(address: str) -> None:
-    """Ray is installed and, for HOST:PORT, something listens there (no hang on a bad one)."""
-    if importlib.util.find_spec("ray") is None:
-        raise ValueError(f"--ray {address} needs Ray: pip install 'cory[ray]' (make install "
-                         f"installs it)")
-    if address in ("auto", "local"):
-        return
-    host, sep, port = address.rpartition(":")
-    if address.startswith("ray://") or not sep or not port.isdigit():
-        raise ValueError(f"--ray must be auto, local or HOST:PORT (the cluster's GCS address), "
-                         f"got {address!r}")
-    try:
-        socket.create_connection((host, int(port)), timeout=3).close()
-    except OSError as err:
-        raise ValueError(f"--ray {address}: no Ray cluster answers there ({err}); start one "
-                         f"with `ray start --head`, or give its address") from None
 
 
 def check_storage(path: str) -> None:
@@ -212,9 +193,7 @@ class RayExecutor:
 
     def __init__(self, address: str, threads: int, gpus: float = 0.0,
                  storage: str | None = None):
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no report sent off the machine
-        if address == "local":  # a one-machine cluster listens on loopback only
-            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        ray_environment(address)
         import ray
         from ray.util.queue import Queue
 

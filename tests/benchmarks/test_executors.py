@@ -197,3 +197,83 @@ def test_resume_after_the_coordinator_is_killed_runs_only_what_is_missing(tmp_pa
                     "--workers", "2", "--no-progress"], check=True, capture_output=True)
     assert records(cut) == records(whole)
     assert "resuming 4 runs" in (cut / "log.txt").read_text()
+
+
+def _docs_cluster_recipe() -> list[str]:
+    """The loopback-cluster recipe of docs/scaling.md, as written."""
+    import re
+
+    text = (Path(__file__).resolve().parents[2] / "docs/scaling.md").read_text()
+    block = next(b for b in re.findall(r"```bash\n(.*?)```", text, re.S)
+                 if "benchmarks.cluster" in b)
+    return [line.split("  #")[0].strip() for line in block.strip().splitlines()]
+
+
+@pytest.mark.slow
+def test_the_docs_loopback_cluster_recipe_runs_as_written(tmp_path):
+    """docs/scaling.md's three lines: the cluster prints its loopback address, a study runs on
+    it, and SIGTERM (what `kill %1` sends) stops every node."""
+    import os
+    import shlex
+    import signal
+    import subprocess
+    import sys
+
+    start, study, stop = _docs_cluster_recipe()
+    assert start.endswith("&") and stop == "kill %1"
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)  # the recipe needs no variable set
+    root = Path(__file__).resolve().parents[2]
+    words = shlex.split(start[:-1])
+    cluster = subprocess.Popen([sys.executable, *words[1:]], cwd=root, env=env, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        line = cluster.stdout.readline()
+        assert "on loopback: --ray 127.0.0.1:" in line, line
+        address = line.rsplit(" ", 1)[1].strip()
+        words = shlex.split(study.replace("127.0.0.1:PORT", address).replace(
+            "runs/on-ray", str(tmp_path / "on-ray")))
+        done = subprocess.run([sys.executable, *words[1:], "--no-progress"], cwd=root, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "running on node" in (tmp_path / "on-ray" / "log.txt").read_text()
+    finally:
+        cluster.send_signal(signal.SIGTERM)
+        assert cluster.wait(timeout=90) is not None
+
+
+def test_ray_to_an_address_no_cluster_answers_at_stops_in_bounded_time_and_writes_nothing(
+        tmp_path):
+    """Something listens on the port but no Ray cluster answers: refused within the connect
+    timeout naming the address and the cause; SIGTERM stops the wait at once; no folder."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    address = f"127.0.0.1:{server.getsockname()[1]}"
+    root = Path(__file__).resolve().parents[2]
+    cmd = [sys.executable, "-m", "benchmarks.run", "--quick", "--ray", address, "--out",
+           str(tmp_path / "study"), "--no-progress"]
+    try:
+        t0 = time.time()
+        done = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=180,
+                              env={**os.environ, "CORY_RAY_CONNECT_TIMEOUT": "5"})
+        assert done.returncode == 2 and time.time() - t0 < 120, done.stderr[-1500:]
+        assert f"--ray {address}: something listens there, but no Ray cluster answered " \
+               f"within 5 s" in done.stderr, done.stderr[-1500:]
+        assert not (tmp_path / "study").exists()
+        proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "CORY_RAY_CONNECT_TIMEOUT": "300"})
+        time.sleep(8)  # past the imports, into the connection attempt
+        proc.send_signal(signal.SIGTERM)
+        t1 = time.time()
+        proc.wait(timeout=30)
+        assert time.time() - t1 < 15 and not (tmp_path / "study").exists()
+    finally:
+        server.close()
