@@ -39,7 +39,7 @@ test: $(STAMP)
 # the study's summary held to its generated table (every sentence cites complete rows)
 docs-check: $(STAMP)
 	$(BIN)/python tools/doc_commands.py
-	$(BIN)/python -m benchmarks.why docs/fidelity/plan.toml --check docs/fidelity.md
+	$(BIN)/python -m benchmarks.why docs/fidelity/plan.toml --check docs/fidelity.md README.md
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

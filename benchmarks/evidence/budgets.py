@@ -1,10 +1,11 @@
 """What each arm spent: the budgets two arms must share unless they are the factor under test.
 
 Per method (an arm), from its records, per model and averaged over seeds: iterations, episodes,
-generated tokens, optimizer steps, and how many of the model's turns it trained in the alone
-role (the alone prompt: the first position, or any position without knowledge transfer) and
-in each position. `budget_table` is the report's table; `differing` names the budgets in which
-two arms differ by more than 5%, which `benchmarks.why` flags on a contrast.
+generated tokens, optimizer steps, the rows (one answer each) an optimizer step averages over,
+and how many of the model's turns it trained in the alone role (the alone prompt: the first
+position, or any position without knowledge transfer) and in each position. `budget_table` is
+the report's table; `differing` names the budgets in which two arms differ by more than 5%,
+which `benchmarks.why` flags on a contrast.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import numpy as np
 from agents.learners.registry import resolve_method
 from benchmarks.evidence.records import RunData, ordered, select
 
-BUDGETS = ("iterations", "episodes", "generated tokens", "optimizer steps", "alone-role turns")
+BUDGETS = ("iterations", "episodes", "generated tokens", "optimizer steps",
+           "rows per optimizer step", "alone-role turns")
 TOLERANCE = 0.05  # budgets within 5% count as matched
 
 
@@ -46,11 +48,13 @@ def arm_budget(data: RunData, task: str, method: str, kl_coef=None,
         steps = {r["agent"]: 0.0 for r in mine}
         for r in mine:
             steps[r["agent"]] += r.get("optimizer_steps", 0)
+        optimizer = max(steps.values()) if shared else sum(steps.values()) / models
+        rows_trained = len(mine) * batch / models  # a record is one agent's turn of a batch
         per_seed.append({
             "iterations": its, "episodes": its * batch,
             "generated tokens": sum(r.get("response_length", 0) for r in mine) * batch / models,
-            "optimizer steps": (max(steps.values()) if shared else
-                                sum(steps.values()) / models), **turns})
+            "optimizer steps": optimizer,
+            "rows per optimizer step": rows_trained / optimizer if optimizer else 0.0, **turns})
     keys = ordered(k for s in per_seed for k in s)
     return {k: float(np.mean([s.get(k, 0.0) for s in per_seed])) for k in keys}
 

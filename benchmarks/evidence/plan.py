@@ -16,15 +16,17 @@ import tomllib
 
 from agents.learners.registry import registered_methods, resolve_method
 from benchmarks.evidence.budgets import arm_budget, differing
+from benchmarks.evidence.frontier import matched_reward_gap
 from benchmarks.evidence.intervals import (
     ALPHA,
     POWER,
+    Interval,
     holm,
     mean_interval,
     t_quantile,
     welch_interval,
 )
-from benchmarks.evidence.records import RunData
+from benchmarks.evidence.records import RunData, Trajectory
 from cory_env import registered_tasks
 
 QUANTITIES = ("alone_gain", "final_gain")
@@ -141,8 +143,9 @@ class Plan:
         return cls(str(data.get("written", "")), hyps, alpha)
 
 
-def per_seed(arm: Arm, quantity: str, cache: dict) -> dict[int, float]:
-    """seed -> the arm's quantity (empty when the folder or the method has no records)."""
+def trajectories(arm: Arm, cache: dict) -> dict[int, Trajectory]:
+    """seed -> the arm's alone trajectory of a finished run, cut at its iterations, with two
+    points at least (empty when the folder or the method has no records)."""
     folder = Path(arm.folder)
     if not (folder / "alone.jsonl").exists():
         return {}
@@ -156,11 +159,26 @@ def per_seed(arm: Arm, quantity: str, cache: dict) -> dict[int, float]:
             keep = t.iterations <= arm.iterations
             t = replace(t, iterations=t.iterations[keep], kl=t.kl[keep],
                         reward=t.reward[keep], combined=t.combined[keep])
-        if len(t.reward) < 2:
-            continue
-        out[int(seed)] = t.mean_gain() if quantity == "alone_gain" \
-            else float(t.reward[-1] - t.reward[0])
+        if len(t.reward) >= 2:
+            out[int(seed)] = t
     return out
+
+
+def per_seed(arm: Arm, quantity: str, cache: dict) -> dict[int, float]:
+    """seed -> the arm's quantity (empty when the folder or the method has no records)."""
+    return {seed: t.mean_gain() if quantity == "alone_gain" else float(t.reward[-1] - t.reward[0])
+            for seed, t in trajectories(arm, cache).items()}
+
+
+def frontier_gap(h: Hypothesis, seeds: Set[int], cache: dict) -> Interval | None:
+    """a − b in alone reward at matched ΣKL (the KL levels every seed of both reached), paired
+    by seed; exploratory: no hypothesis of the plan names it. None for unpaired arms."""
+    if h.pairing != "paired" or len(seeds) < 2:
+        return None
+    a, b = trajectories(h.a, cache), trajectories(h.b, cache)
+    ordered_seeds = sorted(s for s in seeds if s in a and s in b)
+    gap, _ = matched_reward_gap([a[s] for s in ordered_seeds], [b[s] for s in ordered_seeds])
+    return gap
 
 
 def alone_records(data: RunData, arm: Arm) -> list[dict]:
@@ -202,6 +220,44 @@ class Row:
     p_holm: float = 1.0
     flags: list[str] = field(default_factory=list)
     seeds: tuple[frozenset[int], frozenset[int]] = (frozenset(), frozenset())  # counted, per arm
+    dof: float = math.nan
+    step_alpha: float = ALPHA  # the level Holm's step tests this row at: alpha / (m - rank + 1)
+    frontier: Interval | None = None  # a - b in reward at matched KL (exploratory)
+    structure: list[str] = field(default_factory=list)  # how the arms' methods differ
+
+    def test_interval(self) -> tuple[float, float]:
+        """The interval consistent with this row's test at its Holm step: (1 - 2 step) for an
+        equivalence test, (1 - step) two-sided for a difference, the one-sided bound (the other
+        side infinite) for superiority."""
+        h, a = self.hypothesis, self.step_alpha
+        if h.test == "superiority":
+            half = t_quantile(self.dof, 1 - a) * self.se
+            return ((self.estimate - half, math.inf) if h.direction == "greater"
+                    else (-math.inf, self.estimate + half))
+        half = t_quantile(self.dof, 1 - (a if h.test == "equivalence" else a / 2)) * self.se
+        return self.estimate - half, self.estimate + half
+
+    def deciding_margin(self) -> float:
+        """An equivalence row: the smallest margin its test would be decided at, at its Holm
+        step (NaN for the other tests)."""
+        if self.hypothesis.test != "equivalence" or self.n < 2:
+            return math.nan
+        low, high = self.test_interval()
+        return max(abs(low), abs(high))
+
+    def seeds_to_decide(self) -> int | None:
+        """Seeds that would decide an undecided row with 80% power at its Holm step, the
+        per-seed spread as observed and the effect as estimated (None: more than 200, or the
+        estimate lies against a one-sided hypothesis)."""
+        h = self.hypothesis
+        sd = self.se * math.sqrt(self.n)
+        if h.test == "equivalence":
+            return seeds_needed(sd, h, self.estimate, self.step_alpha)
+        against = (h.test == "superiority" and
+                   (self.estimate <= 0 if h.direction == "greater" else self.estimate >= 0))
+        if against or self.estimate == 0:
+            return None
+        return seeds_needed(sd, replace(h, margin=abs(self.estimate)), alpha=self.step_alpha)
 
     @property
     def complete(self) -> bool:
@@ -221,7 +277,9 @@ class Row:
                     "superiority": "supported",
                     "equivalence": f"equivalent within ±{h.margin:g}"}[h.test]
         if h.test == "equivalence":
-            return f"not shown equivalent (the interval reaches {hides:.2f})"
+            low, high = self.test_interval()
+            return (f"not shown equivalent (at its Holm step the test's interval reaches "
+                    f"{max(abs(low), abs(high)):.2f})")
         if h.test == "superiority":  # only the claimed direction's side of the interval
             hides = self.high if h.direction == "greater" else -self.low
             if hides <= 0:
@@ -246,14 +304,19 @@ def contrast(h: Hypothesis, cache: dict) -> Row:
     p = {"difference": 2 * min(iv.p_above(0), iv.p_below(0)),
          "superiority": iv.p_above(0) if h.direction == "greater" else iv.p_below(0),
          "equivalence": max(iv.p_above(-h.margin), iv.p_below(h.margin))}[h.test]
-    return Row(h, iv.n, iv.mean, iv.low, iv.high, min(p, 1.0), se=iv.se, seeds=seeds)
+    return Row(h, iv.n, iv.mean, iv.low, iv.high, min(p, 1.0), se=iv.se, seeds=seeds,
+               dof=iv.dof, frontier=frontier_gap(h, seeds[0], cache))
 
 
 def evaluate(plan: Plan) -> list[Row]:
     """Every hypothesis's row, Holm-adjusted over the whole family, budgets checked."""
     cache: dict = {}
     rows = [contrast(h, cache) for h in plan.hypotheses]
-    for row, adjusted in zip(rows, holm([r.p if r.complete else 1.0 for r in rows])):
+    ps = [r.p if r.complete else 1.0 for r in rows]
+    order = sorted(range(len(rows)), key=lambda i: ps[i])
+    for rank, i in enumerate(order):
+        rows[i].step_alpha = plan.alpha / (len(rows) - rank)
+    for row, adjusted in zip(rows, holm(ps)):
         row.p_holm = adjusted
         h = row.hypothesis
         if row.n >= 2:
@@ -262,11 +325,34 @@ def evaluate(plan: Plan) -> list[Row]:
             ba, bb = (arm_budget(d, arm.task, arm.method, seeds=seeds,
                                  iterations=arm.iterations) for d, arm, seeds in arms)
             row.flags = differing(ba, bb, skip=h.factor_budgets)
+            row.structure = method_differences(h.a.method, h.b.method)
             for name in ("commit", "draws"):
                 made = [made_with(d, arm, name, seeds) for d, arm, seeds in arms]
                 if made[0] != made[1] or len(made[0]) > 1:
                     row.flags.append(f"{name} {' + '.join(made[0])} vs {' + '.join(made[1])}")
     return rows
+
+
+STRUCTURE = {"n_agents": "models", "knowledge_transfer": "knowledge transfer",
+             "reward_mode": "reward", "role_exchange": "role exchange",
+             "shared_policy": "one policy for every position", "matched_steps": "matched steps"}
+
+
+def method_differences(a: str, b: str) -> list[str]:
+    """How two methods differ: their learner, and each field of their structures."""
+    ma, mb = resolve_method(a), resolve_method(b)
+    out = [] if ma.learner is mb.learner else [f"learner {ma.learner.name} vs {mb.learner.name}"]
+    for name, label in STRUCTURE.items():
+        va, vb = getattr(ma.structure, name), getattr(mb.structure, name)
+        if va != vb:
+            out.append(f"{label} {_said(va)} vs {_said(vb)}")
+    return out
+
+
+def _said(value) -> str:
+    """A structure field's value in words."""
+    return {True: "on", False: "off"}.get(value, str(value)) if isinstance(value, bool) \
+        else str(value)
 
 
 def seeds_needed(sd: float, h: Hypothesis, expected: float = 0.0, alpha: float = ALPHA,
@@ -287,6 +373,35 @@ def seeds_needed(sd: float, h: Hypothesis, expected: float = 0.0, alpha: float =
     return None
 
 
+def pilot_made(pilot: Hypothesis, cache: dict) -> str:
+    """The commits that made a pilot's arms' records ("commit unrecorded" before they were
+    kept)."""
+    commits = set()
+    for arm in (pilot.a, pilot.b):
+        data = cache.get(str(Path(arm.folder)))
+        if data is not None:
+            commits |= set(made_with(data, arm, "commit", {int(r["seed"]) for r in
+                                                             alone_records(data, arm)}))
+    commits.discard("unrecorded")
+    return f"commit {', '.join(sorted(commits))}" if commits else "commit unrecorded"
+
+
+def pilot_differences(h: Hypothesis, pilot: Hypothesis, cache: dict) -> str:
+    """How the pilot's arms spent differently from the plan's own arms, once the plan's have
+    records ("" when they match, or have none yet)."""
+    said = []
+    for label, ours, theirs in (("a", h.a, pilot.a), ("b", h.b, pilot.b)):
+        if not trajectories(ours, cache) or not trajectories(theirs, cache):
+            continue
+        mine = arm_budget(cache[str(Path(ours.folder))], ours.task, ours.method,
+                          iterations=ours.iterations)
+        then = arm_budget(cache[str(Path(theirs.folder))], theirs.task, theirs.method)
+        if diff := differing(then, mine):
+            said.append(f"its {label} arm ({theirs.method}) spent {'; '.join(diff)} "
+                        f"(pilot vs plan)")
+    return "; the pilot differs from the plan: " + "; ".join(said) if said else ""
+
+
 def power_lines(plan: Plan) -> list[str]:
     """Each hypothesis's seeds from the spread of its contrast in its pilot folder, at the
     plan's alpha and at alpha / m (Holm's first step over the m hypotheses)."""
@@ -305,7 +420,8 @@ def power_lines(plan: Plan) -> list[str]:
         sd = r.se * math.sqrt(r.n)
         gap = r.estimate if h.test == "equivalence" else 0.0
         need = [seeds_needed(sd, h, gap, a) or "> 200" for a in (plan.alpha, strict)]
-        out.append(f"{h.id}: pilot {r.estimate:+.2f}, per-seed sd {sd:.3f} over {r.n} seeds, "
-                   f"margin {h.margin:g}: 80% power needs {need[0]} seeds at alpha "
-                   f"{plan.alpha:g}, {need[1]} at {strict:.2g} (planned {h.seeds})")
+        out.append(f"{h.id}: pilot {h.pilot} ({pilot_made(pilot, cache)}) {r.estimate:+.2f}, "
+                   f"per-seed sd {sd:.3f} over {r.n} seeds, margin {h.margin:g}: 80% power "
+                   f"needs {need[0]} seeds at alpha {plan.alpha:g}, {need[1]} at {strict:.2g} "
+                   f"(planned {h.seeds})" + pilot_differences(h, pilot, cache))
     return out

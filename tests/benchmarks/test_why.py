@@ -104,9 +104,11 @@ def test_a_contrast_whose_budgets_differ_is_flagged_unless_they_are_its_factor(t
     assert arm_budget(data, "reviews", "cory")["alone-role turns"] == 1.5  # half of them
     plan = Plan.load(plan_file(tmp_path, run))
     text = render(plan, evaluate(plan), "plan.toml")
-    assert "**budgets differ: optimizer steps 24 vs 12, alone-role turns 1.5 vs 3**" in text
+    assert ("**budgets differ: optimizer steps 24 vs 12, rows per optimizer step 0.5 vs 1, "
+            "alone-role turns 1.5 vs 3**") in text
     path = plan_file(tmp_path, run).read_text().replace(
-        'id = "D"', 'id = "D"\nfactor_budgets = ["optimizer steps", "alone-role turns"]')
+        'id = "D"', 'id = "D"\nfactor_budgets = ["optimizer steps", "rows per optimizer step", '
+                    '"alone-role turns"]')
     (tmp_path / "plan2.toml").write_text(path)
     plan2 = Plan.load(tmp_path / "plan2.toml")
     assert evaluate(plan2)[0].flags == []
@@ -364,7 +366,7 @@ def test_an_undecided_row_must_be_said_undecided(tmp_path):
     doc = SUMMARY_DOC.format(body="- Whether CORY trails PPO is undecided [D].")
     assert check_summary(doc, rows, 0.05) == []
     assert check_summary("# Other\ntext\n", rows, 0.05) == [
-        "no section headed 'What the evidence supports'"]
+        "no section headed 'What the evidence supports' and no paragraph marked <!-- study -->"]
 
 
 def test_the_check_command_exits_nonzero_on_a_broken_summary(tmp_path, capsys):
@@ -404,3 +406,79 @@ def test_a_holm_p_in_a_sentence_citing_several_rows_must_be_one_of_theirs(tmp_pa
         problems = [p for p in check_summary(doc, rows, 0.05) if "quotes Holm p" in p]
         assert (problems == []) is ok, (quoted, problems)
         assert ok or "the table has D's 0.0178, E's 0.34" in problems[0]
+
+
+def test_an_equivalence_row_shows_its_tests_interval_margin_and_seeds(tmp_path):
+    """E (cory − cory-no-re, margin 0.1, 4 seeds): the interval consistent with TOST at its
+    Holm step is the (1 − 2 step) t interval, its deciding margin the larger end, and the
+    seeds to decide it come from the t formula at the observed spread and estimate."""
+    run = folder(tmp_path / "run")
+    plan = Plan.load(plan_file(tmp_path, run))
+    d_row, e_row, _ = evaluate(plan)
+    diffs = np.array(GAINS["cory"]) - np.array(GAINS["cory-no-re"])
+    ps = sorted([d_row.p, e_row.p, 1.0])
+    step = 0.05 / (3 - ps.index(e_row.p))
+    half = stats.t.ppf(1 - step, 3) * diffs.std(ddof=1) / 2
+    assert e_row.step_alpha == pytest.approx(step)
+    assert e_row.test_interval() == pytest.approx((diffs.mean() - half, diffs.mean() + half))
+    assert e_row.deciding_margin() == pytest.approx(abs(diffs.mean()) + half)
+    sd = diffs.std(ddof=1)
+    assert e_row.seeds_to_decide() == seeds_needed(sd, e_row.hypothesis, diffs.mean(), step)
+    text = render(plan, [d_row, e_row], "plan.toml")
+    e_line = next(line for line in text.splitlines() if line.startswith("| E |"))
+    assert f"±{math.ceil(e_row.deciding_margin() * 100) / 100:.2f}" in e_line
+    assert "the methods differ in role exchange on vs off" in e_line
+    assert "| quantity | a − b [95% CI] | test | test's interval | p | Holm p |" in text
+
+
+def test_rows_per_optimizer_step_are_a_budget_a_contrast_is_flagged_on(tmp_path):
+    """One policy trained on both roles' rows in PPO's steps averages twice the rows a step."""
+    run = folder(tmp_path / "run", steps={"cory-no-re": 2})
+    data = RunData.load(run)
+    assert arm_budget(data, "reviews", "ppo")["rows per optimizer step"] == pytest.approx(1.0)
+    assert arm_budget(data, "reviews", "cory-no-re")["rows per optimizer step"] == \
+        pytest.approx(2.0)
+    _, e_row, _ = evaluate(Plan.load(plan_file(tmp_path, run)))
+    assert any(f.startswith("rows per optimizer step") for f in e_row.flags), e_row.flags
+
+
+def test_the_frontier_column_is_the_paired_reward_gap_at_matched_kl(tmp_path):
+    """Both arms at the same KL at every point, cory's reward 0.1 above ppo's everywhere: a − b
+    at matched KL is +0.1 on every seed, so +0.1 with no spread."""
+    run = folder(tmp_path / "run")
+    lines = [json.loads(x) for x in (run / "alone.jsonl").read_text().splitlines()]
+    ppo = {(e["seed"], e["iteration"]): e["task_reward"] for e in lines if e["method"] == "ppo"}
+    for e in lines:
+        e["kl"] = e["iteration"] / 6
+        if e["method"] == "cory":
+            e["task_reward"] = ppo[e["seed"], e["iteration"]] + 0.1
+    (run / "alone.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
+    d_row, _, _ = evaluate(Plan.load(plan_file(tmp_path, run)))
+    assert d_row.frontier.mean == pytest.approx(0.1) and d_row.frontier.n == 4
+    assert d_row.frontier.high - d_row.frontier.low == pytest.approx(0.0, abs=1e-9)
+
+
+def test_the_check_covers_marked_paragraphs_and_labels(tmp_path):
+    """A paragraph marked <!-- study --> is held to the table like the summary: a sentence
+    with no citation is refused unless it says it is descriptive or exploratory."""
+    run = folder(tmp_path / "run")
+    plan = Plan.load(plan_file(tmp_path, run))
+    rows = evaluate(plan)
+    doc = ("# A readme\n\nNot about the study.\n\n<!-- study -->\nCORY is worse [D]. It seems "
+           "better elsewhere.\nThe mean gains were 0.7 and 0.3 (descriptive).\n<!-- /study -->\n")
+    problems = check_summary(doc, rows, 0.05)
+    assert len(problems) == 1 and "'It seems better elsewhere.'" in problems[0] \
+        and "not labelled descriptive or exploratory" in problems[0]
+    assert check_summary(doc.replace("It seems better elsewhere.",
+                                     "It seems better elsewhere (exploratory)."), rows, 0.05) == []
+
+
+def test_power_lines_name_their_pilot_and_how_it_spent_differently(tmp_path):
+    """A pilot folder whose arm took other optimizer steps than the plan's is said so."""
+    run = folder(tmp_path / "run")
+    pilot = folder(tmp_path / "pilot", steps={"cory": 8})
+    from benchmarks.evidence.plan import power_lines
+
+    plan = Plan.load(plan_file(tmp_path, run, extra=f'pilot = "{pilot}"\nseeds = 4'))
+    line = next(x for x in power_lines(plan) if x.startswith("L:"))
+    assert f"pilot {pilot}" in line and "commit unrecorded" in line
