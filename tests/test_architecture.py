@@ -166,7 +166,8 @@ def test_benchmarks_rooms_import_downward_and_the_top_holds_only_commands():
            for b in targets if b.startswith("benchmarks") and bench_room(b) > bench_room(a)]
     assert not bad, bad
     top = {p.stem for p in (ROOT / "benchmarks").glob("*.py")} - {"__init__"}
-    assert top == {"run", "why", "compare", "merge", "migrate", "calibrate", "cluster"}, top
+    assert top == {"run", "why", "compare", "merge", "migrate", "calibrate", "cluster",
+                   "allocate"}, top
     rooms = {p.name for p in (ROOT / "benchmarks").iterdir() if (p / "__init__.py").exists()}
     assert rooms == set(BENCH_ROOMS), rooms
     for room_ in rooms:  # each room says what it holds

@@ -79,6 +79,15 @@ REAL = real([0, 1, 2, 3, 4], ("ppo", "cory", "cory-no-kt", "cory-no-re", "cory-o
 REAL_MATH = {**real([0, 1, 2, 3, 4], eval_every=3), "tasks": ["reasoning"],
              "max_new_tokens": 8, "eval_problems": 69, "eval_samples": 4}
 
+# The allocation a comparison on SmolLM2 buys its interval with (docs/performance.md, "Where a
+# study's time should go", from `python -m benchmarks.allocate`): the seeds, not the evaluation,
+# set the width, so 5 points of 64 openings and more seeds (fresh ones, from 100) keep the
+# factor study's width at 0.67x its CPU-hours on `reviews`, and 6 seeds of 5 points on 17
+# problems (x 4 samples) at 0.53x on `reasoning`.
+LEADERBOARD = real(list(range(100, 112)), eval_every=6, alone_queries=64)
+LEADERBOARD_MATH = {**real(list(range(100, 106)), eval_every=6), "tasks": ["reasoning"],
+                    "max_new_tokens": 8, "eval_problems": 17, "eval_samples": 4}
+
 # name -> settings over the offline defaults (the "offline" preset is the defaults).
 PRESETS: dict[str, dict] = {
     "offline": {},
@@ -90,4 +99,6 @@ PRESETS: dict[str, dict] = {
     "real": REAL,
     "real-math": REAL_MATH,
     "real-demo": real([0]),  # make demo's comparison: one seed, about 10 minutes on 2 cores
+    "leaderboard": LEADERBOARD,
+    "leaderboard-math": LEADERBOARD_MATH,
 }
