@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml constraints.txt
 install: $(STAMP)
 
 # The offline demo on a real model: SmolLM2-135M playing both roles, then PPO vs CORY on
-# reviews, one seed x 30 iterations (about 10 minutes on 2 cores), with a report and plots.
+# reviews, one seed x 30 iterations (about 13 minutes on 2 cores), with a report and plots.
 # MODEL=gemma3-270m: the same on Gemma 3 270M base (about twice as long).
 MODEL ?= smollm2-135m
 demo: $(STAMP)

@@ -84,7 +84,8 @@ REAL_MATH = {**real([0, 1, 2, 3, 4], eval_every=3), "tasks": ["reasoning"],
 # set the width, so 5 points of 64 openings and more seeds (fresh ones, from 100) keep the
 # factor study's width at 0.67x its CPU-hours on `reviews`, and 6 seeds of 5 points on 17
 # problems (x 4 samples) at 0.53x on `reasoning`.
-LEADERBOARD = real(list(range(100, 112)), eval_every=6, alone_queries=64)
+LEADERBOARD = {k: v for k, v in real(list(range(100, 112)), eval_every=6).items()
+               if k != "alone_queries"}  # the default's 64 openings
 LEADERBOARD_MATH = {**real(list(range(100, 106)), eval_every=6), "tasks": ["reasoning"],
                     "max_new_tokens": 8, "eval_problems": 17, "eval_samples": 4}
 
