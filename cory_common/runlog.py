@@ -64,32 +64,18 @@ def packed_only(path: str | os.PathLike) -> Path | None:
 
 def _parse(text: str, path: Path) -> list[dict]:
     """The JSON-object lines of a text (see read_jsonl)."""
-    out = []
-    lines = text.split("\n")
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            if i == len(lines):  # no newline after it: torn
-                warnings.warn(f"{path}, line {i}: a torn last record (a write in progress, or "
-                              f"cut by a kill) is left out", RuntimeWarning, stacklevel=3)
-                continue
-            raise LedgerError(f"{path}, line {i}: not a JSON record: {line[:80]!r}") from None
-        if not isinstance(record, dict):
-            raise LedgerError(f"{path}, line {i}: not a JSON object: {line[:80]!r}")
-        out.append(record)
-    return out
+    records, torn = _records(text, path)
+    if torn:
+        last = text.count("\n") + 1
+        warnings.warn(f"{path}, line {last}: a torn last record (a write in progress, or cut by "
+                      f"a kill) is left out", RuntimeWarning, stacklevel=3)
+    return [record for _, record in records]
 
 
-def ledger(path: str | os.PathLike) -> tuple[list[tuple[int, dict]], bool]:
-    """(line number, record) of every line, strictly, and whether the last line is torn (no
-    newline and not JSON: a kill mid-write). Any other bad line raises LedgerError."""
-    path = Path(path)
-    if not path.exists():
-        return [], False
-    text = path.read_text(encoding="utf-8")
+def _records(text: str, path: Path) -> tuple[list[tuple[int, dict]], bool]:
+    """(line number, record) of every line, and whether the last line is torn (no newline and
+    not JSON: a write in progress or a kill mid-write); any other bad line raises LedgerError
+    naming the file and the line."""
     lines = text.split("\n")
     out, torn = [], False
     for i, line in enumerate(lines, 1):
@@ -98,16 +84,27 @@ def ledger(path: str | os.PathLike) -> tuple[list[tuple[int, dict]], bool]:
         try:
             record = json.loads(line)
         except json.JSONDecodeError:
-            if i == len(lines) and not text.endswith("\n"):
+            if i == len(lines):  # no newline after it
                 torn = True
                 continue
             raise LedgerError(f"{path}, line {i}: not a JSON record: {line[:80]!r}") from None
         if not isinstance(record, dict):
             raise LedgerError(f"{path}, line {i}: not a JSON object: {line[:80]!r}")
+        out.append((i, record))
+    return out, torn
+
+
+def ledger(path: str | os.PathLike) -> tuple[list[tuple[int, dict]], bool]:
+    """(line number, record) of every line, strictly, and whether the last line is torn (no
+    newline and not JSON: a kill mid-write). Any other bad line raises LedgerError."""
+    path = Path(path)
+    if not path.exists():
+        return [], False
+    out, torn = _records(path.read_text(encoding="utf-8"), path)
+    for i, record in out:
         it = record.get("iteration")
         if it is not None and (isinstance(it, bool) or not isinstance(it, int)):
             raise LedgerError(f"{path}, line {i}: \"iteration\" must be an integer, got {it!r}")
-        out.append((i, record))
     return out, torn
 
 
