@@ -267,13 +267,14 @@ def test_ray_to_an_address_no_cluster_answers_at_stops_in_bounded_time_and_write
         assert f"--ray {address}: something listens there, but no Ray cluster answered " \
                f"within 5 s" in done.stderr, done.stderr[-1500:]
         assert not (tmp_path / "study").exists()
-        proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True,
-                                env={**os.environ, "CORY_RAY_CONNECT_TIMEOUT": "300"})
-        time.sleep(8)  # past the imports, into the connection attempt
-        proc.send_signal(signal.SIGTERM)
-        t1 = time.time()
-        proc.wait(timeout=30)
-        assert time.time() - t1 < 15 and not (tmp_path / "study").exists()
+        for stop in (signal.SIGTERM, signal.SIGINT):  # `kill`, and Ctrl-C
+            proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.PIPE, text=True,
+                                    env={**os.environ, "CORY_RAY_CONNECT_TIMEOUT": "300"})
+            time.sleep(8)  # past the imports, into the connection attempt
+            proc.send_signal(stop)
+            t1 = time.time()
+            proc.wait(timeout=30)
+            assert time.time() - t1 < 15 and not (tmp_path / "study").exists(), stop
     finally:
         server.close()
