@@ -221,14 +221,14 @@ class Row:
     flags: list[str] = field(default_factory=list)
     seeds: tuple[frozenset[int], frozenset[int]] = (frozenset(), frozenset())  # counted, per arm
     dof: float = math.nan
-    step_alpha: float = ALPHA  # the level Holm's step tests this row at: alpha / (m - rank + 1)
+    step_alpha: float = ALPHA  # the level its own p must reach for Holm to decide it
     frontier: Interval | None = None  # a - b in reward at matched KL (exploratory)
     structure: list[str] = field(default_factory=list)  # how the arms' methods differ
 
     def test_interval(self) -> tuple[float, float]:
-        """The interval consistent with this row's test at its Holm step: (1 - 2 step) for an
-        equivalence test, (1 - step) two-sided for a difference, the one-sided bound (the other
-        side infinite) for superiority."""
+        """The interval consistent with this row's test at the level Holm's procedure asks of
+        its p (`step_alpha`): (1 - 2 step) for an equivalence test, (1 - step) two-sided for a
+        difference, the one-sided bound (the other side infinite) for superiority."""
         h, a = self.hypothesis, self.step_alpha
         if h.test == "superiority":
             half = t_quantile(self.dof, 1 - a) * self.se
@@ -246,9 +246,9 @@ class Row:
         return max(abs(low), abs(high))
 
     def seeds_to_decide(self) -> int | None:
-        """Seeds that would decide an undecided row with 80% power at its Holm step, the
-        per-seed spread as observed and the effect as estimated (None: more than 200, or the
-        estimate lies against a one-sided hypothesis)."""
+        """Seeds that would decide an undecided row with 80% power at the level Holm asks of it,
+        the per-seed spread as observed and the effect as estimated (None: more than 200, or
+        the estimate lies against a one-sided hypothesis)."""
         h = self.hypothesis
         sd = self.se * math.sqrt(self.n)
         if h.test == "equivalence":
@@ -277,15 +277,28 @@ class Row:
                     "superiority": "supported",
                     "equivalence": f"equivalent within ±{h.margin:g}"}[h.test]
         if h.test == "equivalence":
-            low, high = self.test_interval()
-            return (f"not shown equivalent (at its Holm step the test's interval reaches "
-                    f"{max(abs(low), abs(high)):.2f})")
+            reach = math.ceil(self.deciding_margin() * 100) / 100  # up: it is not decided
+            return (f"not shown equivalent (at the level Holm asks of it, the test's interval "
+                    f"reaches {reach:.2f})")
         if h.test == "superiority":  # only the claimed direction's side of the interval
             hides = self.high if h.direction == "greater" else -self.low
             if hides <= 0:
                 side = "below" if h.direction == "greater" else "above"
                 return f"undecided (the whole interval lies {side} 0, against the hypothesis)"
         return f"undecided (could hide an effect of up to {hides:.2f})"
+
+
+def deciding_level(ps: list[float], i: int, alpha: float) -> float:
+    """The largest p that row i could have for Holm's procedure over the family to decide it,
+    the other rows' p as they are (its rank moves with its p; bisection, to 1e-12)."""
+    low, high = 0.0, alpha
+    for _ in range(60):
+        mid = (low + high) / 2
+        if holm([mid if j == i else p for j, p in enumerate(ps)])[i] <= alpha:
+            low = mid
+        else:
+            high = mid
+    return low
 
 
 def contrast(h: Hypothesis, cache: dict) -> Row:
@@ -313,9 +326,8 @@ def evaluate(plan: Plan) -> list[Row]:
     cache: dict = {}
     rows = [contrast(h, cache) for h in plan.hypotheses]
     ps = [r.p if r.complete else 1.0 for r in rows]
-    order = sorted(range(len(rows)), key=lambda i: ps[i])
-    for rank, i in enumerate(order):
-        rows[i].step_alpha = plan.alpha / (len(rows) - rank)
+    for i, row in enumerate(rows):
+        row.step_alpha = deciding_level(ps, i, plan.alpha)
     for row, adjusted in zip(rows, holm(ps)):
         row.p_holm = adjusted
         h = row.hypothesis
