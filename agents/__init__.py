@@ -8,7 +8,7 @@ cory_env; `tests/test_architecture.py` checks it):
 - `agents.learners`: how policies learn (learners and their registry, structures with CORY's
   among them, the PPO maths, the KL and reward shaping).
 - `agents.training`: running training (the config, the trainer, checkpoints and restoring a
-  saved run, the run log).
+  saved run).
 - `agents.distributed`: the same training over processes (DDP, FSDP2).
 - `agents.refmodels`: the offline reference models (built below training; whether a model has
   CORY's mechanism is measured by the benchmark, `benchmarks.mechanism.measure`).

@@ -1,1 +1,1 @@
-"""Running training: config, trainer, checkpoints, run log, CLI options, seed statistics."""
+"""Running training: the config, the trainer, checkpoints and restoring a saved run."""
