@@ -136,9 +136,10 @@ def _marked(text: str) -> list[tuple[int, str]]:
             inside, items = True, items + [None]
         elif inside and not line.strip():
             items.append(None)
+        elif inside and (not items or items[-1] is None):
+            items.append((n, line.strip()))
         elif inside:
-            items.append((n, line.strip())) if not items or items[-1] is None else \
-                items.__setitem__(-1, (items[-1][0], items[-1][1] + " " + line.strip()))
+            items[-1] = (items[-1][0], items[-1][1] + " " + line.strip())
     return [i for i in items if i]
 
 

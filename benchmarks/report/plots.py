@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.evidence.intervals import mean_interval
 from benchmarks.evidence.records import RunData, curves, ordered, rotation_of, select
+from benchmarks.report.summary import ranked_methods
 
 
 def _pyplot():
@@ -253,15 +253,9 @@ def plot_frontier(data: RunData, task: str, kl_coef, path) -> None:
 def plot_ranking(data: RunData, task: str, path) -> bool:
     """The methods of a task ranked by mean alone gain over the base, each with its 95% t
     interval over seeds, best at the top; False (nothing drawn) with fewer than two."""
-    ranked = []
-    for method in data.methods(task, None):
-        gains = [t.mean_gain() for t in data.trajectories(task, method, None).values()
-                 if len(t.iterations) > 1]
-        if gains:
-            ranked.append((mean_interval(gains), method))
+    ranked = [(iv, method) for iv, method, _ in reversed(ranked_methods(data, task))]
     if len(ranked) < 2:
         return False
-    ranked.sort(key=lambda r: r[0].mean)
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 0.45 * len(ranked) + 1.2))
     colors = _colors(data.methods(task, None))

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from benchmarks.evidence.intervals import mean_interval
+from benchmarks.evidence.intervals import Interval, mean_interval
 from benchmarks.evidence.records import RunData, mean_std
 from benchmarks.evidence.verdicts import CONTRADICTED, INCONCLUSIVE, SUPPORTED
 
@@ -33,23 +33,28 @@ def at_a_glance(data: RunData, claims, plots: dict[str, list[str]]) -> list[str]
     return out
 
 
-def ranking_table(data: RunData, task: str) -> list[str]:
-    """The methods of a task (its own kl_coef) by mean alone gain over the base, best first,
-    with their final alone ΣKL and seeds."""
+def ranked_methods(data: RunData, task: str) -> list[tuple[Interval, str, list]]:
+    """(mean alone gain over the base with its t interval, method, its trajectories) for the
+    methods of a task (its own kl_coef) with two points or more, best first."""
     rows = []
     for method in data.methods(task, None):
         trajs = [t for t in data.trajectories(task, method, None).values()
                  if len(t.iterations) > 1]
         if trajs:
-            gain = mean_interval([t.mean_gain() for t in trajs])
-            rows.append((gain, method, mean_std([t.kl[-1] for t in trajs]), len(trajs)))
+            rows.append((mean_interval([t.mean_gain() for t in trajs]), method, trajs))
+    return sorted(rows, key=lambda r: -r[0].mean)
+
+
+def ranking_table(data: RunData, task: str) -> list[str]:
+    """The methods of a task by mean alone gain over the base, best first, with their final
+    alone ΣKL and seeds."""
+    rows = ranked_methods(data, task)
     if len(rows) < 2:
         return []
-    rows.sort(key=lambda r: -r[0].mean)
     lines = ["| rank | method | mean alone gain [95% CI] | final alone Σ KL (nats) | seeds |",
              "|---|---|---|---|---|"]
-    return lines + [f"| {i} | {m} | {gain} | {kl} | {n} |"
-                    for i, (gain, m, kl, n) in enumerate(rows, 1)]
+    return lines + [f"| {i} | {m} | {gain} | {mean_std([t.kl[-1] for t in trajs])} | "
+                    f"{len(trajs)} |" for i, (gain, m, trajs) in enumerate(rows, 1)]
 
 
 def shared_reasons(claims) -> tuple[list[str], list]:
