@@ -71,7 +71,7 @@ def lines(folders: Sequence[str], task: str, method: str) -> list[str]:
     return out
 
 
-WALL_CLOCK = ("time_rollout_s", "time_update_s")  # the only fields that differ between reruns
+WALL_CLOCK = ("time_rollout_s", "time_update_s", "time_cpu_s")  # what reruns differ in
 PROVENANCE = ("commit",)  # which code made a record, not what it holds: two commits compare
 
 

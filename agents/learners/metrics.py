@@ -70,11 +70,15 @@ def turn_metrics(turn, report_kl_coef: float, n_samples: int = 3) -> dict:
 
 def sampler_metrics(turn) -> dict:
     """`sampler_kl`: the mean per-token KL from the fast decode path's distribution to the
-    trainer's (nothing for a turn the trainer's own passes sampled)."""
+    trainer's; `sampler_ratio_max`: the largest pi_trainer / pi_sampler of a drawn token (the
+    truncated importance weight caps it); nothing for a turn the trainer's own passes sampled."""
     gap = getattr(turn, "sampler_kl", None)
     if gap is None:
         return {}
-    return {"sampler_kl": float(gap.sum() / turn.response_mask.sum().clamp_min(1))}
+    mask = turn.response_mask > 0
+    log_ratio = (turn.logprobs - turn.sampler_logprobs)[mask]
+    return {"sampler_kl": float(gap.sum() / turn.response_mask.sum().clamp_min(1)),
+            "sampler_ratio_max": float(log_ratio.max().exp()) if mask.any() else 1.0}
 
 
 def prompt_cut_metrics(turn) -> dict:

@@ -151,6 +151,8 @@ def policy_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask
             "approx_kl": 0.5 * masked_mean(log_ratio.square(), mask),
             "ratio_mean": masked_mean(ratio, mask),
         }
+        if is_weights is not None:
+            stats["is_weight"] = masked_mean(is_weights, mask)
     return loss, stats
 
 
@@ -324,6 +326,7 @@ def ppo_update(policy: Any, optimizer: torch.optim.Optimizer, batch: PPOBatch, c
             if not all_ok(calm):
                 break
     optimizer.zero_grad(set_to_none=True)
-    return {**{k: sums[k] / steps if steps else math.nan for k in UPDATE_STATS},
+    sampled = ("is_weight",) if "is_weight" in sums else ()  # drawn by another sampler
+    return {**{k: sums[k] / steps if steps else math.nan for k in UPDATE_STATS + sampled},
             "skipped_batches": float(skipped), "epochs_run": float(epochs_run),
             "optimizer_steps": float(steps)}

@@ -214,9 +214,8 @@ class DecodeEngine:
     # -- the forward --------------------------------------------------------------------------
 
     def _norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        """RMSNorm in float32 (Gemma's 1 + w is folded into w)."""
-        x = x.float()
-        return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True).add_(self.eps))).mul_(w)
+        """RMSNorm in float32, torch's one fused kernel (Gemma's 1 + w is folded into w)."""
+        return F.rms_norm(x.float(), w.shape, w, self.eps)
 
     def _rope(self, positions: torch.Tensor) -> dict:
         """(cos, sin with rotate-half's sign) (B, S, 1, D) per layer type, from the model's own
@@ -272,14 +271,16 @@ class DecodeEngine:
             a = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=self.scale,
                                                enable_gqa=H != self.kv_heads)
             return a.transpose(1, 2).reshape(B, S, H * D).to(torch.bfloat16)
-        q = q.reshape(B, self.kv_heads, H // self.kv_heads, D)  # one step: each kv head's group
-        scores = torch.matmul(q, k.transpose(-1, -2)).mul_(self.scale)
-        scores.masked_fill_(~allowed, float("-inf"))  # (B, 1, 1, K) over the group's rows
-        a = torch.matmul(torch.softmax(scores, -1), v)
+        Hkv = self.kv_heads  # one step: each kv head's group of queries, as one batched product
+        q = q.reshape(B * Hkv, H // Hkv, D)
+        k, v = k.flatten(0, 1), v.flatten(0, 1)  # views of the cache's (B * Hkv, K, D) columns
+        scores = torch.baddbmm(allowed, q, k.transpose(1, 2), alpha=self.scale)
+        a = torch.bmm(torch.softmax(scores, -1), v)
         return a.reshape(B, 1, H * D).to(torch.bfloat16)
 
     def _masks(self, key_mask: torch.Tensor, S: int) -> dict:
-        """Per window: which keys (B, 1, S, K) each of the last S queries may attend to."""
+        """Per window: which keys (B, 1, S, K) each of the last S queries may attend to (one
+        step's as additive biases, see `_attend`)."""
         K = key_mask.shape[1]
         pos = key_mask.long().cumsum(-1) - 1
         q_col = torch.arange(K - S, K, device=key_mask.device)
@@ -291,7 +292,11 @@ class DecodeEngine:
             if w is not None:
                 m = m & (pos[:, -S:, None] - pos[:, None, :] < w)
             m = m | (torch.arange(K, device=key_mask.device)[None] == q_col[:, None])[None]
-            out[w] = m[:, None]  # a query on padding attends to itself: no empty row
+            m = m[:, None]  # a query on padding attends to itself: no empty row
+            if S == 1:  # a step adds (B * Hkv, 1, K) biases to its scores: 0 or -inf
+                m = torch.zeros(m.shape, device=m.device).masked_fill_(~m, float("-inf"))
+                m = m.expand(-1, self.kv_heads, -1, -1).flatten(0, 1)
+            out[w] = m
         return out
 
     def _logits(self, h: torch.Tensor) -> torch.Tensor:

@@ -65,7 +65,7 @@ class TrainConfig(LearnerConfig):
         "with LoRA: both agents are adapters on one frozen base"))
     mixed_precision: str | None = field(default="auto", metadata=meta(
         "auto: bf16 autocast on CUDA only; bf16: also on the CPU; none: never"))
-    decode: str = field(default="exact", metadata=meta(
+    decode: str = field(default="auto", metadata=meta(
         "decode path of rollouts and evaluations: exact (the model's own modules) | fast "
         "(agents/llm/engine.py: Llama or Gemma 3 in bf16 on a CPU) | auto (fast where it runs)"))
     torch_compile: bool = field(default=False, metadata=meta(

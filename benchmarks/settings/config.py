@@ -376,7 +376,11 @@ def resume_config(given: dict, saved: BenchConfig) -> BenchConfig:
 
 def from_saved(data: dict) -> BenchConfig:
     """The BenchConfig of a study folder's run_config.json contents (its format checked first:
-    `benchmarks.evidence.records.check_format`)."""
+    `benchmarks.evidence.records.check_format`); one saved before `decode` existed decoded on
+    the exact path, and resumes on it."""
+    train = data.get("train")
+    if isinstance(train, dict) and "decode" not in train:
+        data = {**data, "train": {**train, "decode": "exact"}}
     return cli.from_dict(BenchConfig, data)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import gc
 import os
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,16 +123,20 @@ def train_run(job: Job, emit: Emit) -> bool:
         if trainer.iteration != job.start:
             raise ValueError(f"{spec.key}: the checkpoint is at iteration {trainer.iteration}, "
                              f"the coordinator expected {job.start}")
-    made = provenance(trainer)
+    made, cpu = provenance(trainer), time.process_time()
     if job.eval_at_start and evaluation_due(cfg, trainer.iteration):
         _evaluate(trainer, job, job.roles or {}, emit)
     while trainer.iteration < cfg.train.iterations:
         if job.stop_after is not None and trainer.iteration >= job.stop_after:
             return False
-        records = [{**r, **made} for r in flatten(trainer.step(), spec)]
-        emit(("records", spec.key, records))
+        records, evals = flatten(trainer.step(), spec), []
         if evaluation_due(cfg, trainer.iteration):
-            _evaluate(trainer, job, {r["agent"]: r["role"] for r in records}, emit)
+            _evaluate(trainer, job, {r["agent"]: r["role"] for r in records}, evals.append)
+        now = time.process_time()  # each record's share of the CPU since the last ones
+        share, cpu = round((now - cpu) / len(records), 3), now
+        emit(("records", spec.key, [{**r, **made, "time_cpu_s": share} for r in records]))
+        for message in evals:
+            emit(message)
         if trainer.iteration % cfg.checkpoint_every == 0 \
                 or trainer.iteration == cfg.train.iterations:
             _checkpoint(trainer, job, emit)

@@ -199,6 +199,8 @@ def test_fast_rollouts_log_the_mismatch_and_weigh_the_loss(task_llama):
     for metrics in steps:
         for agent in ("llm_0", "llm_1"):
             assert 0.0 <= metrics[agent]["sampler_kl"] < 1e-3  # logged every iteration
+            assert metrics[agent]["sampler_ratio_max"] > 0.0
+            assert 0.0 < metrics[agent]["is_weight"] <= 2.0  # the weights' mean, as trained
     policy = trainer.learner.policies["llm_0"]
     assert policy.engine is not None and policy.engine.folds >= 2  # folded again after updates
     turns = rollout(trainer.env, trainer.learner.policies, trainer.learner.sampling,
@@ -211,13 +213,13 @@ def test_fast_rollouts_log_the_mismatch_and_weigh_the_loss(task_llama):
     assert exact.learner.policies["llm_0"].engine is None
 
 
-def test_the_exact_path_is_the_default_and_a_folders_choice_is_kept():
+def test_auto_is_the_default_and_a_folders_choice_is_kept():
     import dataclasses
 
     from benchmarks.settings.config import BenchConfig, from_saved
 
     saved = dataclasses.asdict(BenchConfig())
-    assert saved["train"]["decode"] == "exact" == TrainConfig().decode
+    assert saved["train"]["decode"] == "auto" == TrainConfig().decode
     saved["train"]["decode"] = "fast"
     assert from_saved(saved).train.decode == "fast"  # a folder that chose, keeps its choice
     del saved["train"]["decode"]  # written before the fast path existed: the exact one

@@ -9,7 +9,8 @@ weights' bf16 bytes over the copy bandwidth measured in the same process, as
 `decode_limit.py`), and the study's alone evaluation (`answer_alone`: --alone held-out
 `reviews` openings in batches of 64, 12 new tokens, rewards and KLs), split into its phases
 (the prompt passes, the decode steps, the draws, the reference pass, the trained model's pass,
-the KL over the vocabulary). `alone_floor_s` is the fast path's evaluation with its decode
+the KL over the vocabulary), and how far the two paths' distributions are apart on the same
+tokens (`agreement`). `alone_floor_s` is the fast path's evaluation with its decode
 steps at the streaming limit and every other phase as measured: the most its decode steps can
 give. Medians over the rounds; the last line is one JSON object.
 """
@@ -61,6 +62,37 @@ def timed_phases(acc: dict):
     finally:
         for owner, attr, f, own in patched:
             setattr(owner, attr, f) if own else delattr(owner, attr)
+
+
+def agreement(policy, ids, steps: int = 12) -> dict:
+    """The two paths on the same tokens (each drawn from the exact path's distribution, then fed
+    to both): the share of steps whose most likely token agrees, and the per-token KL from the
+    fast path's distribution to the exact one (mean, largest) and |log-prob gap| of the drawn
+    token (mean, largest)."""
+    import torch
+
+    from agents.llm.engine import DecodeEngine
+
+    engine, gen = policy.engine or DecodeEngine(policy), torch.Generator().manual_seed(0)
+    policy.engine = None
+    mask = torch.ones_like(ids)
+    exact = policy.begin(ids, mask, max_new_tokens=steps)
+    fast = engine.begin(ids, mask, max_new_tokens=steps)
+    same, kls, gaps = [], [], []
+    for _ in range(steps):
+        le, lf = exact.logits.float().log_softmax(-1), fast.logits.float().log_softmax(-1)
+        token = torch.multinomial(le.exp(), 1, generator=gen).squeeze(1)
+        same.append((le.argmax(-1) == lf.argmax(-1)).float())
+        kls.append((lf.exp() * (lf - le)).sum(-1))
+        gaps.append((le - lf).gather(1, token[:, None]).squeeze(1).abs())
+        policy.feed(exact, token)
+        engine.feed(fast, token)
+    policy.engine = engine
+    kl, gap = torch.cat(kls), torch.cat(gaps)
+    return {"argmax_agreement": round(float(torch.cat(same).mean()), 4),
+            "kl_mean": float(f"{kl.mean():.3g}"), "kl_max": float(f"{kl.max():.3g}"),
+            "logprob_gap_mean": float(f"{gap.mean():.3g}"),
+            "logprob_gap_max": float(f"{gap.max():.3g}")}
 
 
 def measure(model: str, threads: int, steps: int, alone: int, rounds: int) -> dict:
@@ -122,6 +154,11 @@ def measure(model: str, threads: int, steps: int, alone: int, rounds: int) -> di
     row["alone_speedup_at_limit"] = round(row["exact"]["alone_s"] / floor, 2)
     row["step_speedup"] = round(row["exact"]["step_ms"] / row["fast"]["step_ms"], 2)
     row["alone_speedup"] = round(row["exact"]["alone_s"] / row["fast"]["alone_s"], 2)
+    attach(policy, "fast")
+    tokenizer = load_tokenizer(model)
+    texts = [q.text for q in env.task.queries("test")]
+    rows = [r for r in (tokenizer(t)["input_ids"] for t in texts) if len(r) >= 6][:64]
+    row["agreement"] = agreement(policy, torch.tensor([r[:6] for r in rows]))
     return row
 
 
