@@ -40,6 +40,7 @@ test: $(STAMP)
 docs-check: $(STAMP)
 	$(BIN)/python tools/doc_commands.py
 	$(BIN)/python -m benchmarks.why docs/fidelity/plan.toml --check docs/fidelity.md README.md
+	$(BIN)/python -m benchmarks.leaderboard check docs/leaderboard/plan.toml docs/leaderboard.md README.md --partial
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

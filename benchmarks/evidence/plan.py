@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import tomllib
+from scipy.stats import nct as _nct
 
 from agents.learners.registry import registered_methods, resolve_method
 from benchmarks.evidence.budgets import arm_budget, differing
@@ -81,6 +82,7 @@ class Hypothesis:
     seeds: int = 10
     factor_budgets: tuple[str, ...] = ()
     pilot: str | None = None  # a first-pass folder holding both arms' methods (for --power)
+    sd: float | None = None  # the per-seed spread --power assumes where no pilot measures it
 
     def __post_init__(self):
         for name, value, allowed in (("quantity", self.quantity, QUANTITIES),
@@ -385,6 +387,29 @@ def seeds_needed(sd: float, h: Hypothesis, expected: float = 0.0, alpha: float =
     return None
 
 
+def power_at(sd: float, n: int, h: Hypothesis, alpha: float) -> float:
+    """The power of `h`'s test with n paired seeds of per-seed spread `sd`, for a true effect
+    of its margin (difference, superiority) or of 0 (equivalence within ±margin): the
+    noncentral t's tail beyond the test's critical value."""
+    if n < 2 or not sd > 0:
+        return math.nan
+    df, se = n - 1, sd / math.sqrt(n)
+    if h.test == "equivalence":  # both one-sided tests reject, the truth at 0
+        q = t_quantile(df, 1 - alpha)
+        return max(0.0, 1 - 2 * float(_nct.sf(q, df, h.margin / se)))
+    q = t_quantile(df, 1 - (alpha / 2 if h.test == "difference" else alpha))
+    return float(_nct.sf(q, df, h.margin / se))
+
+
+def power_line(h: Hypothesis, sd: float, alpha: float, strict: float) -> str:
+    """Seeds for 80% power and the power at the planned seeds, at alpha and Holm's first step."""
+    need = [seeds_needed(sd, h, 0.0, a) or "> 200" for a in (alpha, strict)]
+    have = [power_at(sd, h.seeds, h, a) for a in (alpha, strict)]
+    return (f"margin {h.margin:g}: 80% power needs {need[0]} seeds at alpha {alpha:g}, "
+            f"{need[1]} at {strict:.2g}; the planned {h.seeds} give {have[0]:.0%} and "
+            f"{have[1]:.0%}")
+
+
 def pilot_made(pilot: Hypothesis, cache: dict) -> str:
     """The commits that made a pilot's arms' records ("commit unrecorded" before they were
     kept)."""
@@ -420,6 +445,10 @@ def power_lines(plan: Plan) -> list[str]:
     cache: dict = {}
     out, strict = [], plan.alpha / max(1, len(plan.hypotheses))
     for h in plan.hypotheses:
+        if h.pilot is None and h.sd is not None:
+            out.append(f"{h.id}: assumed per-seed sd {h.sd:g} (no pilot folder), "
+                       + power_line(h, h.sd, plan.alpha, strict))
+            continue
         if h.pilot is None:
             out.append(f"{h.id}: no pilot folder: the plan's {h.seeds} seeds stand")
             continue
@@ -432,8 +461,10 @@ def power_lines(plan: Plan) -> list[str]:
         sd = r.se * math.sqrt(r.n)
         gap = r.estimate if h.test == "equivalence" else 0.0
         need = [seeds_needed(sd, h, gap, a) or "> 200" for a in (plan.alpha, strict)]
+        have = [power_at(sd, h.seeds, h, a) for a in (plan.alpha, strict)]
         out.append(f"{h.id}: pilot {h.pilot} ({pilot_made(pilot, cache)}) {r.estimate:+.2f}, "
                    f"per-seed sd {sd:.3f} over {r.n} seeds, margin {h.margin:g}: 80% power "
                    f"needs {need[0]} seeds at alpha {plan.alpha:g}, {need[1]} at {strict:.2g} "
-                   f"(planned {h.seeds})" + pilot_differences(h, pilot, cache))
+                   f"(planned {h.seeds}: power {have[0]:.0%} and {have[1]:.0%})"
+                   + pilot_differences(h, pilot, cache))
     return out

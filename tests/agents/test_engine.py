@@ -244,3 +244,27 @@ def test_fast_alone_answers_are_scored_from_the_drawn_distributions(task_llama):
                          queries)
     assert np.array_equal(fast[0], exact[0])  # the same answers drawn (bf16 rounding aside)
     np.testing.assert_allclose(fast[1], exact[1], rtol=0.02, atol=1e-3)
+
+
+def test_an_untrained_adapters_alone_kl_is_zero_on_the_fast_path(task_llama):
+    """The drawn distributions and the base's meet on one folded path: an adapter that has not
+    moved (B = 0) reads ΣKL 0 to its base, as on the exact path, not the two paths' gap."""
+    import numpy as np
+
+    from agents.llm.rollout import answer_alone
+    from cory_env import BatchedCoryEnv
+
+    trainer = Trainer(TrainConfig(task="sentiment", method="ppo", model=task_llama, iterations=1,
+                                  batch_size=4, max_new_tokens=4, lora=LoraSettings(r=4),
+                                  mixed_precision="bf16", decode="fast", seed=3))
+    policy = trainer.learner.policies["llm_0"]
+    assert policy.reference_engine is not None and not policy.reference_engine.adapter
+    env = BatchedCoryEnv(batch_size=4, task=trainer.env.task, tokenizer=trainer.env.tokenizer,
+                         max_new_tokens=4, split="test", n_agents=1, seed=0)
+    _, kls = answer_alone(env, policy, trainer.cfg.sampling, torch.Generator().manual_seed(2),
+                          list(range(8)))
+    assert np.abs(kls).max() < 1e-5
+    trainer.step()  # the adapter moves: the base's engine keeps the base
+    _, moved = answer_alone(env, policy, trainer.cfg.sampling, torch.Generator().manual_seed(2),
+                            list(range(8)))
+    assert moved.max() > 10 * max(np.abs(kls).max(), 1e-6)
