@@ -177,11 +177,13 @@ class DecodeEngine:
 
     def fold(self) -> None:
         """Build every layer's packed matrices from the policy's current weights (releasing
-        another engine's first: one model's copy is held at a time, as one model decodes)."""
-        held = DecodeEngine.resident() if DecodeEngine.resident else None
-        if held is not None and held is not self:
-            held.release()
-        DecodeEngine.resident = weakref.ref(self)
+        another policy's engine first: one model's copy is held at a time, as one model
+        decodes; a base's engine, for the alone KL, is released by `drawn_kl` after use)."""
+        if self.adapter:  # a base's engine is held beside its policy's, released by its user
+            held = DecodeEngine.resident() if DecodeEngine.resident else None
+            if held is not None and held is not self:
+                held.release()
+            DecodeEngine.resident = weakref.ref(self)
         with torch.no_grad():
             self.layers = []
             for layer in self.body.layers:
@@ -358,8 +360,8 @@ def attach(policy, path: str = "auto") -> str:
     """Give `policy` the fast decode path where `path` ("auto", "fast", "exact") asks for it
     and it runs; return, in words, the path it decodes on (with why, where not the fast one).
     A policy whose reference is its base without the adapter also gets the base's engine
-    (`reference_engine`): its alone answers' KL then compares like with like, the drawn
-    distributions against the base on the same folded path, 0 for an untrained adapter."""
+    (`reference_engine`): its alone answers' KL is then one pass of each engine over the whole
+    answers, like with like (0 for an untrained adapter, as on the exact path)."""
     policy.engine = policy.reference_engine = None
     if path == "exact":
         return "exact decode path (decode=exact)"

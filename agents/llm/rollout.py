@@ -205,20 +205,27 @@ def drawn_logsoftmax(steps: list[Step]) -> torch.Tensor:
 
 
 def drawn_kl(env, agent: str, steps: list[Step], policy) -> torch.Tensor:
-    """Each answer's summed exact KL to the reference, from the distributions its tokens were
-    drawn from (the fast path's: no pass of the trained model) and one reference pass (the
-    base's engine where the policy has one, so that both sides share the folded path)."""
+    """Each answer's summed exact KL to the reference on the fast path: where the policy has
+    its base's engine, one pass of each engine over the whole answers (like with like: the two
+    sides share the folded weights' rounding); else the distributions the tokens were drawn
+    from against one reference pass."""
     T, n = env.max_new_tokens, len(steps)
     rows = env.turn_batch(agent)
     ids, mask = rows["input_ids"].to(policy.device), rows["attention_mask"].to(policy.device)
     tokens, kl = ids[:, -T:], torch.zeros(len(ids), n, device=policy.device)
+    base = getattr(policy, "reference_engine", None)
     for i in range(0, len(ids), CHUNK):  # CHUNK rows, then a step, at a time: no (B, n, V)
         part = slice(i, i + CHUNK)       # copy of the drawn distributions
-        base = getattr(policy, "reference_engine", None)  # the base on the same path
-        ref = base.response_logits(ids[part], mask[part], T) if base is not None else \
-            policy.reference_logits(ids[part], mask[part], T, chunk_size=CHUNK)
+        if base is not None:
+            own = policy.engine.response_logits(ids[part], mask[part], T)
+            ref = base.response_logits(ids[part], mask[part], T)
+            kl[part] = kl_to_reference(own, ref, tokens[part])[0][:, :n]
+            continue
+        ref = policy.reference_logits(ids[part], mask[part], T, chunk_size=CHUNK)
         for j, step in enumerate(steps):
             kl[part, j] = kl_to_reference(step.logsoftmax[part], ref[:, j], tokens[part, j])[0]
+    if base is not None:
+        base.release()  # the base's copy is held only while it scores
     return (kl * rows["response_mask"][:, :n].to(kl.device)).sum(1).cpu()
 
 

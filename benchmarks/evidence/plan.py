@@ -396,7 +396,7 @@ def power_at(sd: float, n: int, h: Hypothesis, alpha: float) -> float:
     df, se = n - 1, sd / math.sqrt(n)
     if h.test == "equivalence":  # both one-sided tests reject, the truth at 0
         q = t_quantile(df, 1 - alpha)
-        return max(0.0, 1 - 2 * float(_nct.sf(q, df, h.margin / se)))
+        return max(0.0, 2 * float(_nct.sf(q, df, h.margin / se)) - 1)  # each misses apart
     q = t_quantile(df, 1 - (alpha / 2 if h.test == "difference" else alpha))
     return float(_nct.sf(q, df, h.margin / se))
 

@@ -483,3 +483,28 @@ def test_power_lines_name_their_pilot_and_how_it_spent_differently(tmp_path):
     plan = Plan.load(plan_file(tmp_path, run, extra=f'pilot = "{pilot}"\nseeds = 4'))
     line = next(x for x in power_lines(plan) if x.startswith("L:"))
     assert f"pilot {pilot}" in line and "commit unrecorded" in line
+
+
+@pytest.mark.parametrize("test, n, sd, margin, alpha", [
+    ("difference", 12, 0.22, 0.25, 0.05), ("difference", 6, 0.08, 0.1, 0.05 / 42),
+    ("superiority", 8, 0.2, 0.15, 0.05), ("equivalence", 10, 0.2, 0.25, 0.05)])
+def test_the_power_at_the_planned_seeds_is_the_simulated_tests_rejection_rate(test, n, sd,
+                                                                             margin, alpha):
+    """power_at against 40,000 simulated paired studies of the same test (the truth at the
+    margin for a difference or superiority, at 0 for equivalence)."""
+    from benchmarks.evidence.plan import Arm, Hypothesis, power_at
+
+    arm = Arm("x", "ppo")
+    h = Hypothesis("H", "c", arm, arm, test=test, margin=margin, seeds=n)
+    rng = np.random.default_rng(0)
+    truth = 0.0 if test == "equivalence" else margin
+    x = rng.normal(truth, sd, size=(40_000, n))
+    t_of = lambda shift: (x.mean(1) - shift) / (x.std(1, ddof=1) / np.sqrt(n))  # noqa: E731
+    if test == "difference":
+        reject = np.abs(t_of(0.0)) > stats.t.ppf(1 - alpha / 2, n - 1)
+    elif test == "superiority":
+        reject = t_of(0.0) > stats.t.ppf(1 - alpha, n - 1)
+    else:
+        q = stats.t.ppf(1 - alpha, n - 1)
+        reject = (t_of(-margin) > q) & (t_of(margin) < -q)
+    assert power_at(sd, n, h, alpha) == pytest.approx(reject.mean(), abs=0.012)
