@@ -133,11 +133,11 @@ class DecodeEngine:
                 return "a DoRA adapter"
         return None
 
-    def __init__(self, policy, adapter: bool = True):
+    def __init__(self, policy):
         why = self.unsupported(policy)
         if why:
             raise ValueError(f"the fast decode path cannot run this policy: {why}")
-        self.policy, self.adapter = policy, adapter  # adapter False: the frozen base alone
+        self.policy = policy
         hf = policy.hf_model
         cfg = _config(hf)
         self.body = hf.base_model
@@ -161,15 +161,14 @@ class DecodeEngine:
     # -- weights ------------------------------------------------------------------------------
 
     def _trained(self) -> list[torch.Tensor]:
-        """The tensors whose change calls for a new fold (this policy's trainables; none for
-        the frozen base)."""
-        return self.policy.trainable_parameters() if self.adapter else []
+        """The tensors whose change calls for a new fold (this policy's trainables)."""
+        return self.policy.trainable_parameters()
 
     def _weight(self, linear) -> torch.Tensor:
         """The bf16 weight of one Linear with this policy's LoRA adapter folded in."""
         name = self.policy.adapter_name
         base = getattr(linear, "base_layer", linear)
-        lora_a = getattr(linear, "lora_A", None) if self.adapter else None
+        lora_a = getattr(linear, "lora_A", None)
         if lora_a is not None and name in lora_a:
             delta = linear.lora_B[name].weight.float() @ lora_a[name].weight.float()
             return (base.weight.float() + linear.scaling[name] * delta).to(torch.bfloat16)
@@ -177,13 +176,11 @@ class DecodeEngine:
 
     def fold(self) -> None:
         """Build every layer's packed matrices from the policy's current weights (releasing
-        another policy's engine first: one model's copy is held at a time, as one model
-        decodes; a base's engine, for the alone KL, is released by `drawn_kl` after use)."""
-        if self.adapter:  # a base's engine is held beside its policy's, released by its user
-            held = DecodeEngine.resident() if DecodeEngine.resident else None
-            if held is not None and held is not self:
-                held.release()
-            DecodeEngine.resident = weakref.ref(self)
+        another engine's first: one model's copy is held at a time, as one model decodes)."""
+        held = DecodeEngine.resident() if DecodeEngine.resident else None
+        if held is not None and held is not self:
+            held.release()
+        DecodeEngine.resident = weakref.ref(self)
         with torch.no_grad():
             self.layers = []
             for layer in self.body.layers:
@@ -309,19 +306,6 @@ class DecodeEngine:
             z = torch.tanh(z / self.softcap) * self.softcap
         return z
 
-    def response_logits(self, ids, mask, n_response: int) -> torch.Tensor:
-        """float32 logits (B, T, V) at the last T tokens of whole sequences in one pass (as
-        `LLMPolicy.reference_logits` gives them), on this engine's weights."""
-        with torch.inference_mode():
-            self.refresh()
-            ids, mask = trim_left_padding(ids, mask, n_response + 1)
-            B, L = ids.shape
-            cache = StaticCache(len(self.layers), B, self.kv_heads, L, self.head_dim, ids.device)
-            positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
-            h = self._forward(ids, positions, self._masks(mask, L), cache)
-            z = self._logits(h[:, -n_response - 1:-1].contiguous())
-        return z.clone()  # outside inference mode: a normal tensor
-
     # -- begin / sample / feed (as the policy's) ----------------------------------------------
 
     def begin(self, prompt_ids, prompt_mask, sampling: SamplingConfig | None = None,
@@ -358,18 +342,13 @@ def decodes_fast(policy) -> bool:
 
 def attach(policy, path: str = "auto") -> str:
     """Give `policy` the fast decode path where `path` ("auto", "fast", "exact") asks for it
-    and it runs; return, in words, the path it decodes on (with why, where not the fast one).
-    A policy whose reference is its base without the adapter also gets the base's engine
-    (`reference_engine`): its alone answers' KL is then one pass of each engine over the whole
-    answers, like with like (0 for an untrained adapter, as on the exact path)."""
-    policy.engine = policy.reference_engine = None
+    and it runs; return, in words, the path it decodes on (with why, where not the fast one)."""
+    policy.engine = None
     if path == "exact":
         return "exact decode path (decode=exact)"
     why = DecodeEngine.unsupported(policy)
     if why is None:
         policy.engine = DecodeEngine(policy)
-        if policy.reference_mode == "adapter" and not policy.reference_adapter:
-            policy.reference_engine = DecodeEngine(policy, adapter=False)
         return "fast decode path (folded bf16 weights, agents/llm/engine.py)"
     if path == "fast":
         raise ValueError(f"decode='fast' cannot run this model: {why}; use decode='auto' "

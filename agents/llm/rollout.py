@@ -176,17 +176,16 @@ def answer_alone(env: BatchedCoryEnv, policy, sampling, generator: torch.Generat
     query, which is neither scored nor returned)."""
     rewards, kls, answers = [], [], []
     agent = env.possible_agents[0]
-    fast = decodes_fast(policy)
-    recompute = getattr(policy, "needs_recompute", False) and not fast
+    # full passes score the KL where the decode's numbers are not the trainer's (the fast
+    # path's folded weights, 4-bit, mixed precision): the same KL as on the exact path
+    recompute = getattr(policy, "needs_recompute", False) or decodes_fast(policy)
     for i in range(0, len(queries), env.batch_size):
         chunk = queries[i:i + env.batch_size]
         env.reset(options={"queries": chunk + [chunk[-1]] * (env.batch_size - len(chunk))})
         role = env.role
         steps = play_turn(env, policy, sampling, generator)
         rewards.append(env.infos()[agent]["task_reward"].numpy()[:len(chunk)])
-        if kl and fast:  # the drawn distributions against one reference pass
-            kls.append(drawn_kl(env, agent, steps, policy).numpy()[:len(chunk)])
-        elif kl and recompute:  # scored below, all answers together
+        if kl and recompute:  # scored below, all answers together
             answers.append({k: v[:len(chunk)] for k, v in env.turn_batch(agent).items()
                             if k in ("input_ids", "attention_mask", "response_mask")})
         elif kl:
@@ -202,31 +201,6 @@ def answer_alone(env: BatchedCoryEnv, policy, sampling, generator: torch.Generat
 def drawn_logsoftmax(steps: list[Step]) -> torch.Tensor:
     """The raw log-softmax each token was drawn from, (B, n, V)."""
     return torch.stack([step.logsoftmax for step in steps], dim=1)
-
-
-def drawn_kl(env, agent: str, steps: list[Step], policy) -> torch.Tensor:
-    """Each answer's summed exact KL to the reference on the fast path: where the policy has
-    its base's engine, one pass of each engine over the whole answers (like with like: the two
-    sides share the folded weights' rounding); else the distributions the tokens were drawn
-    from against one reference pass."""
-    T, n = env.max_new_tokens, len(steps)
-    rows = env.turn_batch(agent)
-    ids, mask = rows["input_ids"].to(policy.device), rows["attention_mask"].to(policy.device)
-    tokens, kl = ids[:, -T:], torch.zeros(len(ids), n, device=policy.device)
-    base = getattr(policy, "reference_engine", None)
-    for i in range(0, len(ids), CHUNK):  # CHUNK rows, then a step, at a time: no (B, n, V)
-        part = slice(i, i + CHUNK)       # copy of the drawn distributions
-        if base is not None:
-            own = policy.engine.response_logits(ids[part], mask[part], T)
-            ref = base.response_logits(ids[part], mask[part], T)
-            kl[part] = kl_to_reference(own, ref, tokens[part])[0][:, :n]
-            continue
-        ref = policy.reference_logits(ids[part], mask[part], T, chunk_size=CHUNK)
-        for j, step in enumerate(steps):
-            kl[part, j] = kl_to_reference(step.logsoftmax[part], ref[:, j], tokens[part, j])[0]
-    if base is not None:
-        base.release()  # the base's copy is held only while it scores
-    return (kl * rows["response_mask"][:, :n].to(kl.device)).sum(1).cpu()
 
 
 def summed_kl(policy, ids, mask, response_mask, T: int, sampling) -> torch.Tensor:

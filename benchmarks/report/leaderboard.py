@@ -92,14 +92,17 @@ def headline(board: Board, table: list[Entry], rows: list[Row]) -> list[str]:
                    + f" ({len(tied)} of {len(ranked) - 1}).")
     cory = [r for r in rows if r.hypothesis.id.startswith("C-")]
     if cory:
-        said = [f"{r.hypothesis.id}: {r.verdict(alpha)}" for r in cory]
-        helped = [r.hypothesis.id for r in cory if r.complete and r.p_holm < alpha
-                  and r.estimate > 0]
-        hurt = [r.hypothesis.id for r in cory if r.complete and r.p_holm < alpha
-                and r.estimate < 0]
+        decided = [r for r in cory if r.complete and r.p_holm < alpha]
+        helped = [r.hypothesis.id for r in decided if r.estimate > 0]
+        hurt = [r.hypothesis.id for r in decided if r.estimate < 0]
+        open_ = [r.hypothesis.id for r in cory if r.complete and r not in decided]
+        waiting = len([r for r in cory if not r.complete])
         out.append(f"- **Does CORY's structure help a learner learn alone?** Helps: "
                    f"{', '.join(helped) or 'no row decided so'}; hurts: "
-                   f"{', '.join(hurt) or 'no row decided so'} ({'; '.join(said)}).")
+                   f"{', '.join(hurt) or 'no row decided so'}; undecided: "
+                   f"{', '.join(open_) or 'none'}"
+                   + (f"; {waiting} of {len(cory)} rows wait for their seeds" if waiting
+                      else "") + ".")
     for rid in ("N2r", "N4r"):
         r = next((r for r in rows if r.hypothesis.id == rid), None)
         if r is not None:
@@ -183,7 +186,11 @@ def plot_profiles(board: Board, path: Path) -> None:
         ax.fill_between(TAUS, low, high, color=line.get_color(), alpha=0.12)
     ax.set_xlabel("normalized alone gain τ (base model 0, the task's scale 1)")
     ax.set_ylabel("fraction of runs scoring above τ")
-    ax.legend(fontsize=7, ncol=2)
+    if curves:
+        ax.legend(fontsize=7, ncol=2)
+    else:
+        ax.text(0.5, 0.5, "no method has finished runs on every task yet", ha="center",
+                transform=ax.transAxes)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110, metadata={"Software": None})

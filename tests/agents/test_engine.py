@@ -247,8 +247,9 @@ def test_fast_alone_answers_are_scored_from_the_drawn_distributions(task_llama):
 
 
 def test_an_untrained_adapters_alone_kl_is_zero_on_the_fast_path(task_llama):
-    """The drawn distributions and the base's meet on one folded path: an adapter that has not
-    moved (B = 0) reads ΣKL 0 to its base, as on the exact path, not the two paths' gap."""
+    """The fast path draws the answers; full passes of the model and of its base score their
+    KL, as on the exact path: an adapter that has not moved (B = 0) reads ΣKL 0, not the two
+    paths' gap."""
     import numpy as np
 
     from agents.llm.rollout import answer_alone
@@ -258,7 +259,7 @@ def test_an_untrained_adapters_alone_kl_is_zero_on_the_fast_path(task_llama):
                                   batch_size=4, max_new_tokens=4, lora=LoraSettings(r=4),
                                   mixed_precision="bf16", decode="fast", seed=3))
     policy = trainer.learner.policies["llm_0"]
-    assert policy.reference_engine is not None and not policy.reference_engine.adapter
+    assert policy.engine is not None
     env = BatchedCoryEnv(batch_size=4, task=trainer.env.task, tokenizer=trainer.env.tokenizer,
                          max_new_tokens=4, split="test", n_agents=1, seed=0)
     _, kls = answer_alone(env, policy, trainer.cfg.sampling, torch.Generator().manual_seed(2),

@@ -33,7 +33,6 @@ PHASES = (("agents.llm.policy", "LLMPolicy.begin", "prompt passes"),
           ("agents.llm.policy", "LLMPolicy.feed", "decode steps"),
           ("agents.llm.decoding", "draw", "draws"),
           ("agents.llm.policy", "LLMPolicy.reference_logits", "reference pass"),
-          ("agents.llm.engine", "DecodeEngine.response_logits", "reference pass, base's engine"),
           ("agents.llm.policy", "LLMPolicy.evaluate", "trained model's pass"),
           ("agents.llm.rollout", "kl_to_reference", "KL over the vocabulary"))
 
