@@ -126,6 +126,9 @@ def main(argv: list[str] | None = None) -> Path:
                              execution=execution)
     except StudyFailed as err:
         parser.exit(1, f"{parser.prog}: {err}\n")
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the workers are stopped, the folder kept
+        parser.exit(130, f"{parser.prog}: stopped; python -m benchmarks.run --resume --out "
+                         f"{out} continues it\n")
     except (FolderBusy, LedgerError, ValueError) as err:
         if isinstance(err, (FolderBusy, LedgerError)) or str(err).startswith(
                 ("--resume", "study folder", "--ray")):

@@ -182,8 +182,14 @@ class LocalPool:
         return events
 
     def close(self) -> None:
-        """Stop the workers (a run still going is abandoned: its checkpoint resumes it)."""
+        """Stop the workers now (a run still going is abandoned: its checkpoint resumes it);
+        without the terminate, the interpreter's exit would wait for the runs to finish."""
+        workers = list((getattr(self.pool, "_processes", None) or {}).values())
         self.pool.shutdown(wait=False, cancel_futures=True)
+        for worker in workers:
+            worker.terminate()
+        for worker in workers:
+            worker.join(timeout=10)
 
 
 class RayExecutor:

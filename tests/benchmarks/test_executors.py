@@ -278,3 +278,30 @@ def test_ray_to_an_address_no_cluster_answers_at_stops_in_bounded_time_and_write
             assert time.time() - t1 < 15 and not (tmp_path / "study").exists(), stop
     finally:
         server.close()
+
+
+def test_sigterm_stops_a_study_on_local_workers_at_once_and_leaves_none_training(tmp_path):
+    """Stopping a `--workers 2` study ends it in seconds (its runs abandoned at their last
+    checkpoint), not when the runs would have finished, and no worker trains on."""
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "study"
+    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.run", "--quick", "--methods",
+                             "ppo,cory", "--iterations", "300", "--workers", "2", "--threads",
+                             "1", "--no-progress", "--out", str(out)],
+                            cwd=Path(__file__).resolve().parents[2], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.time() + 120
+    log = out / "log.txt"
+    while time.time() < deadline and not (log.exists() and "it 1:" in log.read_text()):
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    t0 = time.time()
+    _, err = proc.communicate(timeout=60)
+    assert time.time() - t0 < 20 and proc.returncode == 130, err[-2000:]
+    assert "--resume --out" in err
+    left = subprocess.run(["pgrep", "-s", str(proc.pid), "-f", "spawn_main"],
+                          capture_output=True, text=True)
+    assert not left.stdout.strip(), left.stdout  # no worker of its session trains on
