@@ -29,7 +29,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.evidence.leaderboard import Board, missing_runs, pinned, progress
+from benchmarks.evidence.leaderboard import Board, Entry, entries, missing_runs, pinned, progress
 from benchmarks.evidence.plan import evaluate
 from benchmarks.report.leaderboard import (
     PROFILE_PLOT,
@@ -129,9 +129,9 @@ def run(board: Board, execution: list[str]) -> None:
         print(f"leaderboard: {study.task} finished; {progress(board).line()}", flush=True)
 
 
-def render(board: Board, partial: bool, page_path: Path) -> tuple[str, str]:
-    """The page (to live at `page_path`) and the README block (a ValueError naming the missing
-    runs unless partial)."""
+def render(board: Board, partial: bool, page_path: Path) -> tuple[str, str, list[Entry]]:
+    """The page (to live at `page_path`), the README block and the table both show (a
+    ValueError naming the missing runs unless partial)."""
     missing = missing_runs(board)
     if missing and not partial:
         shown = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6
@@ -139,12 +139,11 @@ def render(board: Board, partial: bool, page_path: Path) -> tuple[str, str]:
         raise ValueError(f"{len(missing)} planned runs have not finished ({shown}): run "
                          f"`python -m benchmarks.leaderboard run {board.path}`, or render with "
                          f"--partial")
-    saved = pinned(board.path.parent)
-    rows = evaluate(board.plan)
+    saved, rows, table = pinned(board.path.parent), evaluate(board.plan), entries(board)
     plot = board.path.parent / PROFILE_PLOT
-    return (page(board, saved, hypotheses_table(board.plan, rows, str(board.path)), rows,
+    return (page(board, table, saved, hypotheses_table(board.plan, rows, str(board.path)), rows,
                  os.path.relpath(plot, page_path.parent)),
-            readme_block(board, os.path.relpath(plot, ROOT)))
+            readme_block(board, table, os.path.relpath(plot, ROOT)), table)
 
 
 def with_block(text: str, block: str, where: Path) -> str:
@@ -157,7 +156,7 @@ def with_block(text: str, block: str, where: Path) -> str:
 
 def check(board: Board, doc: Path, readme: Path | None, partial: bool) -> list[str]:
     """What differs between the files and a fresh rendering (empty: they agree)."""
-    text, block = render(board, partial, doc)
+    text, block, _ = render(board, partial, doc)
     out = []
     if not doc.is_file() or doc.read_text() != text:
         out.append(f"{doc} differs from its rendering: python -m benchmarks.leaderboard render "
@@ -191,8 +190,8 @@ def main(argv: list[str] | None = None) -> None:
         elif a.action == "status":
             print(progress(board).line())
         elif a.action == "render":
-            text, block = render(board, a.partial, Path(a.out or "docs/leaderboard.md"))
-            plot_profiles(board, board.path.parent / PROFILE_PLOT)
+            text, block, table = render(board, a.partial, Path(a.out or "docs/leaderboard.md"))
+            plot_profiles(table, board.path.parent / PROFILE_PLOT)
             if a.out:
                 atomic_write(Path(a.out), text)
             else:

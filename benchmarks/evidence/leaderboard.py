@@ -43,7 +43,7 @@ from benchmarks.evidence.aggregates import (
 from benchmarks.evidence.budgets import arm_budget
 from benchmarks.evidence.frontier import matched_reward_gap
 from benchmarks.evidence.intervals import Interval
-from benchmarks.evidence.plan import Arm, Plan, running, trajectories
+from benchmarks.evidence.plan import Arm, Plan, trajectories
 from benchmarks.evidence.records import RunData
 from benchmarks.settings.presets import PRESETS
 from cory_env import registered_tasks
@@ -339,4 +339,4 @@ def is_finite(x: float | None) -> bool:
 
 
 __all__ = ["Board", "Entry", "Progress", "Study", "entries", "missing_runs", "pair_improvements",
-           "profiles", "progress", "running", "pinned", "is_finite"]
+           "profiles", "progress", "pinned", "is_finite"]

@@ -10,7 +10,6 @@ from benchmarks.evidence.leaderboard import (
     TAUS,
     Board,
     Entry,
-    entries,
     is_finite,
     pair_improvements,
     profiles,
@@ -110,10 +109,9 @@ def headline(board: Board, table: list[Entry], rows: list[Row]) -> list[str]:
     return out
 
 
-def page(board: Board, saved: dict | None, hypotheses: str, rows: list[Row],
-         plot_link: str) -> str:
-    """The whole page (docs/leaderboard.md)."""
-    table = entries(board)
+def page(board: Board, table: list[Entry], saved: dict | None, hypotheses: str,
+         rows: list[Row], plot_link: str) -> str:
+    """The whole page (docs/leaderboard.md) of the board's `entries`."""
     state = progress(board)
     commit = (saved or {}).get("commit", "")[:12] or "not started"
     scale = ", ".join(f"{t} {v:g}" for t, v in board.scale.items())
@@ -148,9 +146,10 @@ def page(board: Board, saved: dict | None, hypotheses: str, rows: list[Row],
     return "\n".join(lines) + "\n"
 
 
-def readme_block(board: Board, plot_link: str) -> str:
-    """The README's short leaderboard: the top methods, their IQM and P(> reference)."""
-    table = [e for e in entries(board) if e.iqm]
+def readme_block(board: Board, table: list[Entry], plot_link: str) -> str:
+    """The README's short leaderboard: the top methods of the board's `entries`, their IQM and
+    P(> reference)."""
+    table = [e for e in table if e.iqm]
     state = progress(board)
     lines = [README_START, "",
              f"Every learner alone and on CORY's structure, {board.model}, "
@@ -168,14 +167,15 @@ def readme_block(board: Board, plot_link: str) -> str:
     return "\n".join(lines + ["", README_END])
 
 
-def plot_profiles(board: Board, path: Path) -> None:
-    """The performance profiles (fraction of runs above τ, with 95% bands) as a PNG."""
+def plot_profiles(table: list[Entry], path: Path) -> None:
+    """The performance profiles of the board's `entries` (fraction of runs above τ, with 95%
+    bands) as a PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    curves = profiles(entries(board))
+    curves = profiles(table)
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for i, (method, points) in enumerate(curves.items()):
         y = [p[0] for p in points]
