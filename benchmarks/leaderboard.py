@@ -22,7 +22,6 @@ the same bytes for the same records; it refuses a plan whose runs are not all fi
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -41,7 +40,7 @@ from benchmarks.report.leaderboard import (
 )
 from benchmarks.why import render as hypotheses_table
 from cory_common import cli
-from cory_common.files import atomic_write
+from cory_common.files import atomic_write, file_digest
 from cory_common.threads import configure
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,20 +64,15 @@ def code_changes(root: Path = ROOT) -> str:
     return _git("status", "--porcelain", "--untracked-files=no", "--", *CODE, cwd=root)
 
 
-def sha256(path: Path) -> str:
-    """A file's sha256."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def pin(board: Board) -> dict:
     """The commit and plan hash the runs are made under: read from pin.json, or (first run)
     checked and written: the plan committed and the code clean at HEAD."""
     folder, plan = board.path.parent, board.path
     saved = pinned(folder)
     if saved is not None:
-        if saved["plan_sha256"] != sha256(plan):
+        if saved["plan_sha256"] != file_digest(plan):
             raise ValueError(f"{plan} was edited after its runs began (sha256 "
-                             f"{sha256(plan)[:12]}, the runs' {saved['plan_sha256'][:12]} in "
+                             f"{file_digest(plan)[:12]}, the runs' {saved['plan_sha256'][:12]} in "
                              f"{folder / 'pin.json'}): restore it (git checkout "
                              f"{saved['commit'][:12]} -- {plan}) or start a new plan")
         return saved
@@ -93,7 +87,7 @@ def pin(board: Board) -> dict:
     if code_changes():
         raise ValueError(f"the code has uncommitted changes ({', '.join(CODE)}): commit them "
                          f"first, so every record names one commit")
-    saved = {"commit": _git("rev-parse", "HEAD"), "plan_sha256": sha256(plan),
+    saved = {"commit": _git("rev-parse", "HEAD"), "plan_sha256": file_digest(plan),
              "plan_commit": _git("log", "-1", "--format=%H", "--", plan.name, cwd=where)}
     atomic_write(folder / "pin.json", json.dumps(saved, indent=2) + "\n")
     return saved

@@ -11,6 +11,7 @@ kill at any moment leaves either the old contents or the new ones, never a torn 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shutil
 import tempfile
@@ -158,3 +159,12 @@ def cached_dir(final: Path, build: Callable[[Path], None]) -> Path:
         with atomic_dir(final) as tmp:
             build(tmp)
     return Path(final)
+
+
+def file_digest(path: str | os.PathLike) -> str:
+    """A file's sha256 (hex), read in blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

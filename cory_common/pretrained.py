@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .files import atomic_write, cache_dir, cached_dir, check_hub_name
+from .files import atomic_write, cache_dir, cached_dir, check_hub_name, file_digest
 
 
 @dataclass(frozen=True)
@@ -202,15 +202,6 @@ def resolve_model(name):
         check_model(name)
         return str(gguf_folder(Path(name).expanduser().resolve()))
     return name
-
-
-def file_digest(path: Path) -> str:
-    """sha256 of a file (hex)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 @functools.lru_cache(maxsize=16)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import functools
 import getpass
 import gzip
-import hashlib
 import importlib.metadata
 import importlib.util
 import json
@@ -34,7 +33,7 @@ import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from cory_common.files import atomic_write, current_umask
+from cory_common.files import atomic_write, current_umask, file_digest
 
 
 class LedgerError(ValueError):
@@ -263,7 +262,7 @@ def code_identity(imports: Iterable[str] = ()) -> dict:
     for spec in imports or ():
         path = _plugin_file(spec)
         files[spec] = {"path": str(path) if path else None,
-                       "sha256": _sha256(path) if path else None}
+                       "sha256": file_digest(path) if path else None}
     try:
         version = importlib.metadata.version("cory")
     except importlib.metadata.PackageNotFoundError:
@@ -295,9 +294,6 @@ def _plugin_file(spec: str) -> Path | None:
     return Path(found.origin) if found and found.origin and os.path.isfile(found.origin) else None
 
 
-def _sha256(path: Path) -> str:
-    """A file's sha256."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _commit() -> str | None:
