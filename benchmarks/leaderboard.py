@@ -2,7 +2,7 @@
 
     python -m benchmarks.leaderboard run docs/leaderboard/plan.toml --workers 2 --threads 1
     python -m benchmarks.leaderboard run docs/leaderboard/plan.toml --ray 127.0.0.1:6379
-    python -m benchmarks.leaderboard status docs/leaderboard/plan.toml
+    python -m benchmarks.leaderboard status docs/leaderboard/plan.toml --workers 2
     python -m benchmarks.leaderboard render docs/leaderboard/plan.toml --out docs/leaderboard.md \
         --readme README.md
     python -m benchmarks.leaderboard check docs/leaderboard/plan.toml docs/leaderboard.md README.md
@@ -28,7 +28,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.evidence.leaderboard import Board, Entry, entries, missing_runs, pinned, progress
+from benchmarks.evidence.leaderboard import (
+    Board,
+    Entry,
+    cpu_cost,
+    entries,
+    missing_runs,
+    pinned,
+    progress,
+)
 from benchmarks.evidence.plan import evaluate
 from benchmarks.report.leaderboard import (
     PROFILE_PLOT,
@@ -183,6 +191,7 @@ def main(argv: list[str] | None = None) -> None:
                         for v in [getattr(a, flag[2:])] if v is not None for x in (flag, str(v))])
         elif a.action == "status":
             print(progress(board).line())
+            print(cpu_cost(board).line(a.workers or 1))
         elif a.action == "render":
             text, block, table = render(board, a.partial, Path(a.out or "docs/leaderboard.md"))
             plot_profiles(table, board.path.parent / PROFILE_PLOT)

@@ -45,6 +45,7 @@ from benchmarks.evidence.frontier import matched_reward_gap
 from benchmarks.evidence.intervals import Interval
 from benchmarks.evidence.plan import Arm, Plan, trajectories
 from benchmarks.evidence.records import RunData
+from benchmarks.settings.config import run_weight
 from benchmarks.settings.presets import PRESETS
 from cory_env import registered_tasks
 
@@ -210,6 +211,70 @@ def missing_runs(board: Board) -> list[str]:
         out += [f"{s.task} {m} seed {seed}" for m in board.methods for seed in s.seeds
                 if f"{s.task}-{m}-seed{seed}" not in have]
     return out
+
+
+@dataclass
+class Cost:
+    """The plan's CPU time: spent so far by its records and an estimate of what is left."""
+
+    spent_s: float
+    left_s: float
+    scaled: list[str]  # "task method": no iteration timed yet, its cost borrowed (run_weight)
+    untimed: list[str]  # tasks with no timed iteration at all (their runs are not in left_s)
+
+    def line(self, workers: int = 1) -> str:
+        """One line: CPU-hours spent and left, and the wall hours at `workers` runs at once."""
+        hours = self.left_s / 3600
+        left = f"{hours:.1f} CPU-hours left" + (
+            f" ({hours / workers:.1f} h at {workers} runs at once)" if workers > 1 else "")
+        left = (f"at least {left}, not counting {', '.join(self.untimed)} (not timed yet)"
+                if self.untimed else f"about {left}")
+        if self.scaled:
+            more = ", ..." if len(self.scaled) > 3 else ""
+            n = len(self.scaled)
+            left += (f"; {n} method{'s' * (n > 1)} not timed yet, costed as another's scaled by "
+                     f"models x episodes ({', '.join(self.scaled[:3])}{more})")
+        return f"{self.spent_s / 3600:.1f} CPU-hours spent; {left}"
+
+
+def cpu_cost(board: Board) -> Cost:
+    """What the plan's runs have cost (the sum of their records' `time_cpu_s`) and what the
+    unfinished ones will: each iteration left at its method's mean CPU seconds per iteration
+    on that task, or, for a method not timed there, the most-timed method's scaled by
+    `run_weight`."""
+    spent = left = 0.0
+    scaled, untimed = [], []
+    for s in board.studies:
+        folder = Path(s.folder)
+        data = RunData.load(folder) if (folder / "metrics.jsonl").exists() else None
+        cpu: dict[tuple[str, int], float] = {}
+        its: dict[tuple[str, int], set[int]] = {}
+        for r in data.rows if data else []:
+            if r["task"] != s.task or r.get("swept_kl_coef") is not None:
+                continue
+            key = (r["method"], int(r["seed"]))
+            cpu[key] = cpu.get(key, 0.0) + float(r.get("time_cpu_s", 0.0))
+            its.setdefault(key, set()).add(int(r["iteration"]))
+        spent += sum(cpu.values())
+        per_it = {}
+        for m in board.methods:
+            n = sum(len(v) for k, v in its.items() if k[0] == m and cpu[k] > 0)
+            if n:
+                per_it[m] = sum(c for k, c in cpu.items() if k[0] == m) / n
+        total = int(data.config.get("train", {}).get("iterations", 0)) if data else 0
+        done = finished(s)
+        todo = {m: sum(max(0, total - len(its.get((m, seed), ()))) for seed in s.seeds
+                       if f"{s.task}-{m}-seed{seed}" not in done) for m in board.methods}
+        if not per_it:
+            if len(done) < len(board.methods) * len(s.seeds):
+                untimed.append(s.task)
+            continue
+        timed = max(per_it, key=lambda m: sum(len(v) for k, v in its.items() if k[0] == m))
+        for m, n in todo.items():
+            if n and m not in per_it:
+                scaled.append(f"{s.task} {m}")
+            left += n * per_it.get(m, per_it[timed] * run_weight(m) / run_weight(timed))
+    return Cost(spent, left, scaled, untimed)
 
 
 @dataclass

@@ -295,6 +295,13 @@ class RunSpec:
 # compare, then the ablations of claim (3), for every seed; then every other method.
 
 
+def run_weight(method: str) -> int:
+    """How much a run of `method` costs relative to a one-model run: the models it trains per
+    episode times its episodes per iteration (an estimate, before any run is timed)."""
+    m = resolve_method(method)
+    return m.n_agents * m.learner.batch_multiplier
+
+
 def run_specs(cfg: BenchConfig) -> list[RunSpec]:
     """All runs: per task and KL setting, each group of the order below for every seed, then
     the other methods seed by seed."""

@@ -18,17 +18,8 @@ import sys
 import time
 from collections import defaultdict
 
-from benchmarks.settings.config import BenchConfig, RunSpec
+from benchmarks.settings.config import BenchConfig, RunSpec, run_weight
 from benchmarks.study.evaluate import evaluation_due
-
-
-def run_weight(method: str) -> int:
-    """How much a run of `method` costs relative to a one-model run: the models it trains per
-    episode times its episodes per iteration (an estimate, before any run is timed)."""
-    from agents.learners.registry import resolve_method  # deferred: resolves plug-in methods late
-
-    m = resolve_method(method)
-    return m.n_agents * m.learner.batch_multiplier
 
 
 def _clock(seconds: float) -> str:

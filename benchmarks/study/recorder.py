@@ -20,9 +20,9 @@ from pathlib import Path
 import torch
 
 from benchmarks.evidence.records import select
-from benchmarks.settings.config import BenchConfig, RunSpec
+from benchmarks.settings.config import BenchConfig, RunSpec, run_weight
 from benchmarks.study.folder import StudyFolder
-from benchmarks.study.progress import Progress, run_weight
+from benchmarks.study.progress import Progress
 from benchmarks.study.worker import Job
 from cory_common.files import atomic_write
 from cory_common.runlog import jsonl_text, read_jsonl

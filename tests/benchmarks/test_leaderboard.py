@@ -11,7 +11,7 @@ import pytest
 
 import benchmarks.leaderboard as command
 from benchmarks.evidence.aggregates import aggregate, iqm, probability_of_improvement
-from benchmarks.evidence.leaderboard import Board, entries, missing_runs, progress
+from benchmarks.evidence.leaderboard import Board, cpu_cost, entries, missing_runs, progress
 from benchmarks.evidence.records import FORMAT
 from benchmarks.report.leaderboard import README_END, README_START
 
@@ -159,6 +159,32 @@ def test_a_folder_missing_runs_is_refused_by_name_unless_partial(board, tmp_path
         command.main(["render", str(board), "--out", str(tmp_path / "p.md")])
     command.main(["render", str(board), "--out", str(tmp_path / "p.md"), "--partial"])
     assert "**In progress:** 31 of 32 runs finished" in (tmp_path / "p.md").read_text()
+
+
+def test_status_states_the_cpu_time_spent_and_left_from_the_records(board, tmp_path, capsys):
+    reviews = tmp_path / "reviews"
+    config = json.loads((reviews / "run_config.json").read_text())
+    config["train"]["iterations"] = 10  # the records hold 6 of each run's 10 iterations
+    (reviews / "run_config.json").write_text(json.dumps(config))
+    (reviews / "done" / "reviews-cory-seed2").unlink()  # 4 iterations left at 2 x 2.0 s
+    rows = [json.loads(x) for x in (reviews / "metrics.jsonl").read_text().splitlines()]
+    (reviews / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows
+                                                   if r["method"] != "grpo"))
+    for seed in range(4):  # grpo not timed: 10 iterations x ppo's 2.0 s x (1 model / 1)
+        (reviews / "done" / f"reviews-grpo-seed{seed}").unlink()
+    (tmp_path / "reasoning" / "metrics.jsonl").unlink()  # nothing timed on reasoning
+    (tmp_path / "reasoning" / "done" / "reasoning-ppo-seed0").unlink()
+    cost = cpu_cost(Board.load(board))
+    assert cost.spent_s == pytest.approx(4 * 6 * (2.0 + 4.0 + 4.0))  # ppo, cory, cory-grpo
+    assert cost.left_s == pytest.approx(4 * 4.0 + 4 * 10 * 2.0)
+    assert cost.scaled == ["reviews grpo"] and cost.untimed == ["reasoning"]
+    command.main(["status", str(board), "--workers", "2"])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("26 of 32 runs finished")
+    assert out[1].startswith("0.1 CPU-hours spent; at least 0.0 CPU-hours left (0.0 h at 2 "
+                             "runs at once), not counting reasoning (not timed yet); 1 method not "
+                             "timed yet, costed as another's scaled by models x episodes "
+                             "(reviews grpo)")
 
 
 @pytest.mark.parametrize("edit, message", [
