@@ -6,6 +6,8 @@
     python -m benchmarks.leaderboard render docs/leaderboard/plan.toml --out docs/leaderboard.md \
         --readme README.md
     python -m benchmarks.leaderboard check docs/leaderboard/plan.toml docs/leaderboard.md README.md
+    python -m benchmarks.leaderboard render docs/leaderboard/plan.toml --out docs/leaderboard.md \
+        --readme README.md --check     # the same check, spelled as the render it checks
 
 `run` runs every study of the plan (`benchmarks.evidence.leaderboard` states its format), one
 after another, each with `benchmarks.run --preset P --methods ... --out FOLDER` (and
@@ -15,9 +17,11 @@ refuses a plan with uncommitted changes or a checkout whose code differs from it
 writes `pin.json` (that commit and the plan's sha256) beside the plan. Every later `run`
 refuses a plan edited since, and runs the pinned commit's code from a git worktree
 (`.leaderboard/<commit>`) when the checkout has moved on, so every record names one commit.
-`render` writes the page (and the README's block between its markers) from the records,
-the same bytes for the same records; it refuses a plan whose runs are not all finished unless
-`--partial`, which says how many are. `check` renders again and compares byte for byte.
+`render` writes the page (and the README's block between its markers) and the profile plot
+from the records, the same bytes for the same records; it refuses a plan whose runs are not
+all finished unless `--partial`, which says how many are. `check` (or `render --check`)
+renders again and compares the page and the README's block byte for byte, and the plot by the
+digest of its curves, which the PNG carries (its pixels depend on matplotlib's version).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from benchmarks.evidence.leaderboard import (
     entries,
     missing_runs,
     pinned,
+    profiles,
     progress,
 )
 from benchmarks.evidence.plan import evaluate
@@ -44,6 +49,8 @@ from benchmarks.report.leaderboard import (
     README_START,
     page,
     plot_profiles,
+    plotted_digest,
+    profiles_digest,
     readme_block,
 )
 from benchmarks.why import render as hypotheses_table
@@ -157,16 +164,21 @@ def with_block(text: str, block: str, where: Path) -> str:
 
 
 def check(board: Board, doc: Path, readme: Path | None, partial: bool) -> list[str]:
-    """What differs between the files and a fresh rendering (empty: they agree)."""
-    text, block, _ = render(board, partial, doc)
+    """What differs between the files (the page, the README's block, the profile plot's
+    numbers) and a fresh rendering (empty: they agree)."""
+    text, block, table = render(board, partial, doc)
+    again = (f"python -m benchmarks.leaderboard render {board.path} --out {doc}"
+             + (f" --readme {readme}" if readme else "") + (" --partial" if partial else ""))
     out = []
     if not doc.is_file() or doc.read_text() != text:
-        out.append(f"{doc} differs from its rendering: python -m benchmarks.leaderboard render "
-                   f"{board.path} --out {doc}" + (" --partial" if partial else ""))
+        out.append(f"{doc} differs from its rendering: {again}")
     if readme is not None:
         current = readme.read_text()
         if with_block(current, block, readme) != current:
-            out.append(f"{readme}'s leaderboard block differs from its rendering")
+            out.append(f"{readme}'s leaderboard block differs from its rendering: {again}")
+    plot = board.path.parent / PROFILE_PLOT
+    if plotted_digest(plot) != profiles_digest(profiles(table)):
+        out.append(f"{plot} is not the plot of these records' profiles: {again}")
     return out
 
 
@@ -180,6 +192,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--readme", help="render: a README whose leaderboard block to rewrite")
     p.add_argument("--partial", action="store_true", help="render or check before every run "
                    "finished (the page says how many have)")
+    p.add_argument("--check", action="store_true", help="render: write nothing, compare the "
+                   "--out page, the --readme block and the plot with a fresh rendering (= check)")
     for flag, kind, text in EXECUTION:
         p.add_argument(flag, type=kind, help=f"run: {text} (benchmarks.run's option)")
     a = p.parse_args(argv)
@@ -192,7 +206,7 @@ def main(argv: list[str] | None = None) -> None:
         elif a.action == "status":
             print(progress(board).line())
             print(cpu_cost(board).line(a.workers or 1))
-        elif a.action == "render":
+        elif a.action == "render" and not a.check:
             text, block, table = render(board, a.partial, Path(a.out or "docs/leaderboard.md"))
             plot_profiles(table, board.path.parent / PROFILE_PLOT)
             if a.out:
@@ -203,13 +217,16 @@ def main(argv: list[str] | None = None) -> None:
                 path = Path(a.readme)
                 atomic_write(path, with_block(path.read_text(), block, path))
         else:
-            if not a.files:
+            files = a.files or ([a.out or "docs/leaderboard.md"] + ([a.readme] if a.readme else [])
+                                if a.action == "render" else [])
+            if not files:
                 p.error("check needs the page (and optionally the README)")
-            problems = check(board, Path(a.files[0]), Path(a.files[1]) if len(a.files) > 1
-                             else None, a.partial)
+            problems = check(board, Path(files[0]), Path(files[1]) if len(files) > 1 else None,
+                             a.partial)
             if problems:
                 sys.exit("\n".join(problems))
-            print(f"{a.files[0]} matches its rendering")
+            print(f"{files[0]}{', ' + files[1] if len(files) > 1 else ''} and the profile plot "
+                  f"match their rendering")
     except ValueError as err:
         sys.exit(f"error: {err}")
 

@@ -49,10 +49,10 @@ def normalize(gain: float, reference_gain: float) -> float:
     return gain / reference_gain
 
 
-def _interval(samples: Sequence[np.ndarray], statistic: Callable[..., float],
-              resamples: int) -> tuple[float, float]:
-    """The percentile 95% interval of `statistic(*samples)` under the stratified bootstrap
-    (NaN with a task of one seed: nothing to resample)."""
+def _interval(samples: Sequence[np.ndarray], statistic: Callable, resamples: int):
+    """The percentile 95% interval of `statistic(*samples)` (a number, or an array of them,
+    each with its own interval) under the stratified bootstrap (NaN with a task of one seed:
+    nothing to resample)."""
     if any(len(s) < 2 for s in samples):
         return float("nan"), float("nan")
     if all(np.ptp(s) == 0 for s in samples):
@@ -61,7 +61,7 @@ def _interval(samples: Sequence[np.ndarray], statistic: Callable[..., float],
     res = stats.bootstrap(tuple(np.asarray(s, dtype=float) for s in samples), statistic,
                           n_resamples=resamples, method="percentile", vectorized=False,
                           paired=False, random_state=np.random.default_rng(SEED))
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+    return res.confidence_interval.low, res.confidence_interval.high
 
 
 def aggregate(scores: Mapping[str, Sequence[float]], statistic: Callable = IQM,
@@ -76,7 +76,7 @@ def aggregate(scores: Mapping[str, Sequence[float]], statistic: Callable = IQM,
         return statistic(np.concatenate(xs))
 
     low, high = _interval(samples, pooled, resamples)
-    return pooled(*samples), low, high
+    return pooled(*samples), float(low), float(high)
 
 
 def improvement(x: np.ndarray, y: np.ndarray) -> float:
@@ -102,7 +102,7 @@ def probability_of_improvement(x: Mapping[str, Sequence[float]],
         return float(np.mean([improvement(xs[i], xs[k + i]) for i in range(k)]))
 
     low, high = _interval(samples, statistic, resamples)
-    return statistic(*samples), low, high
+    return statistic(*samples), float(low), float(high)
 
 
 def performance_profile(scores: Mapping[str, Sequence[float]], taus: Sequence[float],
@@ -110,10 +110,11 @@ def performance_profile(scores: Mapping[str, Sequence[float]], taus: Sequence[fl
     """For each threshold τ, (fraction of runs scoring above τ, low, high): the run-score
     distribution over every task's seeds, tasks weighted equally."""
     samples = [np.asarray(v, dtype=float) for v in scores.values()]
-    out = []
-    for tau in taus:
-        def above(*xs, tau=tau):
-            return float(np.mean([np.mean(x > tau) for x in xs]))
-        low, high = _interval(samples, above, resamples)
-        out.append((above(*samples), low, high))
-    return out
+    grid = np.asarray(taus, dtype=float)
+
+    def above(*xs):  # every threshold at once, so each resample serves them all
+        return np.mean([np.mean(np.asarray(x)[:, None] > grid, axis=0) for x in xs], axis=0)
+
+    point = above(*samples)
+    low, high = (np.broadcast_to(b, point.shape) for b in _interval(samples, above, resamples))
+    return [(float(p), float(lo), float(hi)) for p, lo, hi in zip(point, low, high)]

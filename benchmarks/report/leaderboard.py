@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import io
+import json
 import math
 from pathlib import Path
 
@@ -16,10 +19,12 @@ from benchmarks.evidence.leaderboard import (
     progress,
 )
 from benchmarks.evidence.plan import Row
+from cory_common.files import atomic_write
 
 README_START = "<!-- leaderboard:start (python -m benchmarks.leaderboard render) -->"
 README_END = "<!-- leaderboard:end -->"
 PROFILE_PLOT = "profiles.png"
+PLOT_TAG = "cory leaderboard profiles "  # + the digest of the curves, in the PNG's Description
 
 
 def _iv(x: tuple | None, digits: int = 2) -> str:
@@ -192,6 +197,28 @@ def plot_profiles(table: list[Entry], path: Path) -> None:
         ax.text(0.5, 0.5, "no method has finished runs on every task yet", ha="center",
                 transform=ax.transAxes)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, metadata={"Software": None})
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=110,
+                metadata={"Software": None, "Description": PLOT_TAG + profiles_digest(curves)})
     plt.close(fig)
+    atomic_write(path, png.getvalue())
+
+
+def profiles_digest(curves: dict[str, list[tuple[float, float, float]]]) -> str:
+    """The sha256 of performance profiles' numbers (`profiles`, 6 decimals), which the plot
+    carries in its Description: the same records give the same digest whatever draws the PNG."""
+    rounded = {m: [[round(v, 6) if math.isfinite(v) else None for v in p] for p in points]
+               for m, points in curves.items()}
+    return hashlib.sha256(json.dumps(rounded, sort_keys=True).encode()).hexdigest()
+
+
+def plotted_digest(path: Path) -> str | None:
+    """The digest a profile plot written by `plot_profiles` carries (None: not such a plot)."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as image:
+            text = image.text.get("Description", "")
+    except (OSError, ValueError):
+        return None
+    return text[len(PLOT_TAG):] if text.startswith(PLOT_TAG) else None

@@ -143,10 +143,33 @@ def test_the_page_renders_the_same_bytes_and_check_holds_it_and_the_readme(board
     assert "| 1 | `cory-grpo` |" in text and "C-grpo-rev" in text and "32 of 32 runs" in text
     assert "after" in readme.read_text() and "`cory-grpo`" in readme.read_text()
     command.main(["check", str(board), str(page), str(readme)])
-    assert "matches" in capsys.readouterr().out
+    assert "match their rendering" in capsys.readouterr().out
+    command.main(["render", str(board), "--out", str(page), "--readme", str(readme), "--check"])
+    assert page.read_bytes() == first and "match their rendering" in capsys.readouterr().out
     page.write_text(text.replace("| 1 | `cory-grpo`", "| 1 | `ppo`"))
     with pytest.raises(SystemExit, match="differs from its rendering"):
         command.main(["check", str(board), str(page), str(readme)])
+    with pytest.raises(SystemExit, match="differs from its rendering"):
+        command.main(["render", str(board), "--out", str(page), "--check"])
+
+
+def test_check_holds_the_profile_plot_to_the_records_numbers(board, tmp_path):
+    page, plot = tmp_path / "leaderboard.md", tmp_path / "profiles.png"
+    command.main(["render", str(board), "--out", str(page)])
+    drawn = plot.read_bytes()
+    plot.write_bytes(drawn.replace(b"cory leaderboard profiles ", b"cory leaderboard profileZ "))
+    with pytest.raises(SystemExit, match="profiles.png is not the plot of these records"):
+        command.main(["check", str(board), str(page)])
+    plot.write_bytes(drawn)  # a record changes what the profiles are, not the page's rounding
+    rows = (tmp_path / "reasoning" / "alone.jsonl").read_text().splitlines()
+    bumped = [json.loads(r) for r in rows]
+    for r in bumped:
+        if r["method"] == "grpo" and r["seed"] == 0 and r["iteration"] == 6:
+            r["task_reward"] += 0.02
+    (tmp_path / "reasoning" / "alone.jsonl").write_text("".join(json.dumps(r) + "\n"
+                                                                for r in bumped))
+    with pytest.raises(SystemExit, match="is not the plot of these records"):
+        command.main(["check", str(board), str(page)])
 
 
 def test_a_folder_missing_runs_is_refused_by_name_unless_partial(board, tmp_path):
