@@ -10,9 +10,14 @@ profiles.
 
 A normalized score puts a task's base model at 0 and a stated reference at 1 (`normalize`).
 The stratified bootstrap resamples the seeds of each task independently, with replacement:
-SciPy's `scipy.stats.bootstrap` does exactly that when each task is one of its samples, so no
-other library is needed (rliable, the reference implementation, was archived in 2025 and pulls
-`arch`, `seaborn` and `pandas`); intervals are its percentile intervals, as rliable's.
+SciPy's `scipy.stats.bootstrap` does exactly that when each task is one of its samples;
+intervals are its percentile intervals, as rliable's (the reference implementation). Measured
+against rliable 1.2.0 by `tools/rliable_agreement.py` (2026-12-06): the same points, intervals
+within the bootstrap's Monte Carlo error (0.008-0.014 on widths of 0.3-0.4), 40x faster on the
+probability of improvement. Chosen over rliable because rliable takes a runs x tasks array
+(the plans here give tasks different seed counts), was archived in 2025, adds 77 MB (`arch`,
+`statsmodels`, `seaborn`, `pandas`, ...), and fails at import with today's `arch` 7.2 and
+`pandas` 3 (it runs with `pandas<3`).
 """
 
 from __future__ import annotations
