@@ -22,6 +22,7 @@ probability of improvement. Chosen over rliable because rliable takes a runs x t
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -71,14 +72,17 @@ def _interval(samples: Sequence[np.ndarray], statistic: Callable, resamples: int
 
 def aggregate(scores: Mapping[str, Sequence[float]], statistic: Callable = IQM,
               resamples: int = RESAMPLES) -> tuple[float, float, float]:
-    """(point, low, high): `statistic` of every task's seeds pooled, with its stratified
-    bootstrap 95% interval (seeds resampled within each task)."""
+    """(point, low, high): `statistic` of every task's seeds pooled with the tasks weighted
+    equally (a task's scores repeated up to the seed counts' least common multiple, so 12 seeds
+    of one task and 6 of another count alike; equal counts pool as they are), with its
+    stratified bootstrap 95% interval (seeds resampled within each task)."""
     samples = [np.asarray(v, dtype=float) for v in scores.values()]
     if not samples or any(len(s) == 0 for s in samples):
         raise ValueError("every task needs at least one score")
+    common = math.lcm(*(len(s) for s in samples))
 
     def pooled(*xs):
-        return statistic(np.concatenate(xs))
+        return statistic(np.concatenate([np.tile(x, common // len(x)) for x in xs]))
 
     low, high = _interval(samples, pooled, resamples)
     return pooled(*samples), float(low), float(high)

@@ -31,9 +31,10 @@ def test_the_iqm_is_the_mean_of_the_middle_half():
 
 def exact_percentiles(scores: dict, statistic, q=(2.5, 97.5)):
     """The percentile interval over every stratified resample, enumerated (each equally
-    likely): what the bootstrap estimates."""
+    likely), tasks weighted equally (3 seeds twice, 2 seeds three times): what the bootstrap
+    estimates."""
     per_task = [list(itertools.product(v, repeat=len(v))) for v in scores.values()]
-    values = [statistic(np.concatenate([np.array(r) for r in combo]))
+    values = [statistic(np.concatenate([np.array(r * (6 // len(r))) for r in combo]))
               for combo in itertools.product(*per_task)]
     return np.percentile(values, q)
 
@@ -42,11 +43,20 @@ def test_the_stratified_interval_matches_the_exact_resampling_distribution():
     scores = {"reviews": [0.0, 1.0, 2.0], "reasoning": [5.0, 9.0]}
     for statistic in (IQM, MEAN):
         point, low, high = aggregate(scores, statistic, resamples=20000)
-        assert point == pytest.approx(statistic(np.array([0.0, 1.0, 2.0, 5.0, 9.0])))
+        assert point == pytest.approx(statistic(np.array([0.0, 1.0, 2.0] * 2 + [5.0, 9.0] * 3)))
         lo, hi = exact_percentiles(scores, statistic)
         assert low == pytest.approx(lo, abs=0.35) and high == pytest.approx(hi, abs=0.35)
     same = aggregate({"a": [1.0, 1.0], "b": [2.0, 2.0]}, IQM)
     assert same == (1.5, 1.5, 1.5)  # nothing varies: the interval is the point
+
+
+def test_tasks_weigh_alike_whatever_their_seed_counts():
+    # 4 seeds of one task and 2 of another: the mean is the mean of the task means, the IQM
+    # the middle half of the scores with the second task's counted twice
+    scores = {"reviews": [0.0, 1.0, 2.0, 3.0], "reasoning": [10.0, 20.0]}
+    assert aggregate(scores, MEAN)[0] == pytest.approx((1.5 + 15.0) / 2)
+    assert aggregate(scores, IQM)[0] == pytest.approx(np.mean([2.0, 3.0, 10.0, 10.0]))
+    assert aggregate({"a": [1.0, 2.0], "b": [3.0, 4.0]}, MEAN)[0] == pytest.approx(2.5)
 
 
 def test_the_probability_of_improvement_counts_pairs_and_halves_ties():
