@@ -123,8 +123,9 @@ def run(board: Board, execution: list[str]) -> None:
     """Every study of the plan, each continued where it stopped (see the module docstring)."""
     saved = pin(board)
     root = code_root(saved["commit"])
+    workers = int(execution[execution.index("--workers") + 1]) if "--workers" in execution else 1
     print(f"leaderboard {board.path}: code of {saved['commit'][:12]} from {root}; "
-          f"{progress(board).line()}", flush=True)
+          f"{progress(board).line()}; {cpu_cost(board).line(workers)}", flush=True)
     for study in board.studies:
         out = (ROOT / study.folder).resolve()
         args = [sys.executable, "-m", "benchmarks.run", *study.run_args(board.methods),

@@ -247,7 +247,8 @@ def test_the_first_run_pins_the_commit_and_a_plan_edited_after_is_refused(board,
         command.pin(Board.load(board))
 
 
-def test_run_continues_each_study_with_the_plans_options(board, tmp_path, monkeypatch):
+def test_run_continues_each_study_with_the_plans_options(board, tmp_path, monkeypatch,
+                                                         capsys):
     calls = []
     monkeypatch.setattr(command, "pin", lambda b: {"commit": "abc"})
     monkeypatch.setattr(command, "code_root", lambda commit: tmp_path)
@@ -263,3 +264,6 @@ def test_run_continues_each_study_with_the_plans_options(board, tmp_path, monkey
     assert "--resume" not in math_ and math_[math_.index("--preset") + 1] == "leaderboard-math"
     assert rev[-5:] == ["--workers", "2", "--threads", "1", "--resume"]
     assert math_[-4:] == ["--workers", "2", "--threads", "1"]
+    first = capsys.readouterr().out.splitlines()[0]  # where the plan stands, in runs and hours
+    assert "32 of 32 runs finished" in first
+    assert "0.2 CPU-hours spent; about 0.0 CPU-hours left (0.0 h at 2 runs at once)" in first
