@@ -119,11 +119,11 @@ def code_root(commit: str) -> Path:
     return tree
 
 
-def run(board: Board, execution: list[str]) -> None:
-    """Every study of the plan, each continued where it stopped (see the module docstring)."""
+def run(board: Board, execution: list[str], workers: int = 1) -> None:
+    """Every study of the plan, each continued where it stopped (see the module docstring);
+    `execution` is benchmarks.run's options, `workers` the runs they run at once."""
     saved = pin(board)
     root = code_root(saved["commit"])
-    workers = int(execution[execution.index("--workers") + 1]) if "--workers" in execution else 1
     print(f"leaderboard {board.path}: code of {saved['commit'][:12]} from {root}; "
           f"{progress(board).line()}; {cpu_cost(board).line(workers)}", flush=True)
     for study in board.studies:
@@ -203,7 +203,8 @@ def main(argv: list[str] | None = None) -> None:
         board = Board.load(a.plan)
         if a.action == "run":
             run(board, [x for flag, _, _ in EXECUTION
-                        for v in [getattr(a, flag[2:])] if v is not None for x in (flag, str(v))])
+                        for v in [getattr(a, flag[2:])] if v is not None for x in (flag, str(v))],
+                a.workers or 1)
         elif a.action == "status":
             print(progress(board).line())
             print(cpu_cost(board).line(a.workers or 1))

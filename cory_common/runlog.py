@@ -294,8 +294,6 @@ def _plugin_file(spec: str) -> Path | None:
     return Path(found.origin) if found and found.origin and os.path.isfile(found.origin) else None
 
 
-
-
 def _commit() -> str | None:
     """The git commit of the checkout this package runs from, with "-dirty" when its tracked
     files differ from it (None outside a checkout)."""

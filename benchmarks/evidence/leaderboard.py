@@ -45,7 +45,7 @@ from benchmarks.evidence.frontier import matched_reward_gap
 from benchmarks.evidence.intervals import Interval
 from benchmarks.evidence.plan import Arm, Plan, trajectories
 from benchmarks.evidence.records import RunData
-from benchmarks.settings.config import run_weight
+from benchmarks.settings.config import RunSpec, run_weight
 from benchmarks.settings.presets import PRESETS
 from cory_env import registered_tasks
 
@@ -68,6 +68,12 @@ class Study:
         object.__setattr__(self, "seeds", tuple(self.seeds or PRESETS.get(self.preset, {})
                                                 .get("seeds", ())))
         object.__setattr__(self, "options", tuple(self.options))
+
+    def unfinished(self, methods: tuple[str, ...]) -> list[tuple[str, int]]:
+        """(method, seed) of each planned run of this study without a `done/` marker."""
+        have = finished(self)
+        return [(m, seed) for m in methods for seed in self.seeds
+                if RunSpec(self.task, m, seed).key not in have]
 
     def run_args(self, methods: tuple[str, ...]) -> list[str]:
         """The `benchmarks.run` options of this study (without --out and --resume)."""
@@ -198,19 +204,15 @@ def progress(board: Board) -> Progress:
     """How many of each study's planned runs (methods x seeds) have finished."""
     done, planned = {}, {}
     for s in board.studies:
-        keys = {f"{s.task}-{m}-seed{seed}" for m in board.methods for seed in s.seeds}
-        done[s.task], planned[s.task] = len(keys & finished(s)), len(keys)
+        planned[s.task] = len(board.methods) * len(s.seeds)
+        done[s.task] = planned[s.task] - len(s.unfinished(board.methods))
     return Progress(done, planned)
 
 
 def missing_runs(board: Board) -> list[str]:
     """The planned runs without a `done/` marker, as "task method seed N"."""
-    out = []
-    for s in board.studies:
-        have = finished(s)
-        out += [f"{s.task} {m} seed {seed}" for m in board.methods for seed in s.seeds
-                if f"{s.task}-{m}-seed{seed}" not in have]
-    return out
+    return [f"{s.task} {m} seed {seed}" for s in board.studies
+            for m, seed in s.unfinished(board.methods)]
 
 
 @dataclass
@@ -256,20 +258,21 @@ def cpu_cost(board: Board) -> Cost:
             cpu[key] = cpu.get(key, 0.0) + float(r.get("time_cpu_s", 0.0))
             its.setdefault(key, set()).add(int(r["iteration"]))
         spent += sum(cpu.values())
-        per_it = {}
-        for m in board.methods:
-            n = sum(len(v) for k, v in its.items() if k[0] == m and cpu[k] > 0)
-            if n:
-                per_it[m] = sum(c for k, c in cpu.items() if k[0] == m) / n
-        total = int(data.config.get("train", {}).get("iterations", 0)) if data else 0
-        done = finished(s)
-        todo = {m: sum(max(0, total - len(its.get((m, seed), ()))) for seed in s.seeds
-                       if f"{s.task}-{m}-seed{seed}" not in done) for m in board.methods}
-        if not per_it:
-            if len(done) < len(board.methods) * len(s.seeds):
-                untimed.append(s.task)
+        unfinished = s.unfinished(board.methods)
+        if not unfinished:
             continue
-        timed = max(per_it, key=lambda m: sum(len(v) for k, v in its.items() if k[0] == m))
+        counts = {m: sum(len(v) for k, v in its.items() if k[0] == m and cpu[k] > 0)
+                  for m in board.methods}  # timed iterations
+        per_it = {m: sum(c for k, c in cpu.items() if k[0] == m) / n
+                  for m, n in counts.items() if n}
+        if not per_it:
+            untimed.append(s.task)
+            continue
+        timed = max(per_it, key=counts.get)
+        total = int(data.config.get("train", {}).get("iterations", 0))
+        todo = dict.fromkeys(board.methods, 0)
+        for m, seed in unfinished:
+            todo[m] += max(0, total - len(its.get((m, seed), ())))
         for m, n in todo.items():
             if n and m not in per_it:
                 scaled.append(f"{s.task} {m}")
