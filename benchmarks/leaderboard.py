@@ -8,6 +8,7 @@
     python -m benchmarks.leaderboard check docs/leaderboard/plan.toml docs/leaderboard.md README.md
     python -m benchmarks.leaderboard render docs/leaderboard/plan.toml --out docs/leaderboard.md \
         --readme README.md --check     # the same check, spelled as the render it checks
+    python -m benchmarks.leaderboard place docs/leaderboard/plan.toml runs/mine [--out mine.md]
 
 `run` runs every study of the plan (`benchmarks.evidence.leaderboard` states its format), one
 after another, each with `benchmarks.run --preset P --methods ... --out FOLDER` (and
@@ -22,6 +23,8 @@ from the records, the same bytes for the same records; it refuses a plan whose r
 all finished unless `--partial`, which says how many are. `check` (or `render --check`)
 renders again and compares the page and the README's block byte for byte, and the plot by the
 digest of its curves, which the PNG carries (its pixels depend on matplotlib's version).
+`place` ranks your methods' study folders, run with the plan's setting, beside the plan's
+records (`benchmarks.evidence.placement`).
 """
 
 from __future__ import annotations
@@ -42,12 +45,14 @@ from benchmarks.evidence.leaderboard import (
     profiles,
     progress,
 )
+from benchmarks.evidence.placement import place
 from benchmarks.evidence.plan import evaluate
 from benchmarks.report.leaderboard import (
     PROFILE_PLOT,
     README_END,
     README_START,
     page,
+    placement_page,
     plot_profiles,
     plotted_digest,
     profiles_digest,
@@ -186,10 +191,11 @@ def check(board: Board, doc: Path, readme: Path | None, partial: bool) -> list[s
 def main(argv: list[str] | None = None) -> None:
     """Parse the command line and run, report, render or check."""
     p = cli.Parser("python -m benchmarks.leaderboard", description=__doc__)
-    p.add_argument("action", choices=("run", "status", "render", "check"))
+    p.add_argument("action", choices=("run", "status", "render", "check", "place"))
     p.add_argument("plan", help="the plan file (TOML with a [leaderboard] section)")
-    p.add_argument("files", nargs="*", help="check: the page, then optionally the README")
-    p.add_argument("--out", help="render: the page to write")
+    p.add_argument("files", nargs="*", help="check: the page, then optionally the README; "
+                   "place: study folders of your methods, run with the plan's setting")
+    p.add_argument("--out", help="render or place: the page to write")
     p.add_argument("--readme", help="render: a README whose leaderboard block to rewrite")
     p.add_argument("--partial", action="store_true", help="render or check before every run "
                    "finished (the page says how many have)")
@@ -205,6 +211,13 @@ def main(argv: list[str] | None = None) -> None:
             run(board, [x for flag, _, _ in EXECUTION
                         for v in [getattr(a, flag[2:])] if v is not None for x in (flag, str(v))],
                 a.workers or 1)
+        elif a.action == "place":
+            placing = place(board, a.files)
+            text = placement_page(placing, entries(placing.board), pinned(board.path.parent))
+            if a.out:
+                atomic_write(Path(a.out), text)
+            else:
+                print(text, end="")
         elif a.action == "status":
             print(progress(board).line())
             print(cpu_cost(board).line(a.workers or 1))

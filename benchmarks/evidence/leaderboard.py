@@ -94,6 +94,7 @@ class Board:
     tuning: str
     scale: dict[str, float]
     studies: tuple[Study, ...]
+    placed: tuple[tuple[str, str, str], ...] = ()  # (task, method, folder) read from elsewhere
 
     @classmethod
     def load(cls, path: str | Path) -> Board:
@@ -145,8 +146,11 @@ class Board:
                    str(board["tuning"]), scale, tuple(studies))
 
     def arm(self, study: Study, method: str) -> Arm:
-        """A method's runs in a study."""
-        return Arm(study.folder, method, study.task)
+        """A method's runs on a study's task: in the study's folder, or in the folder it was
+        placed from (`benchmarks.evidence.placement`)."""
+        folder = next((f for t, m, f in self.placed if (t, m) == (study.task, method)),
+                      study.folder)
+        return Arm(folder, method, study.task)
 
 
 def read_studies(path: Path, data: dict) -> tuple[Study, ...]:
@@ -331,7 +335,7 @@ def _spent(board: Board, method: str, cache: dict) -> tuple[dict[str, float], fl
     """The method's budgets per model and a run's CPU seconds, averaged over its tasks."""
     budgets, cpu = [], []
     for s in board.studies:
-        folder = Path(s.folder)
+        folder = Path(board.arm(s, method).folder)
         if not (folder / "alone.jsonl").exists():
             continue
         data = cache.setdefault(str(folder), RunData.load(folder))

@@ -9,6 +9,7 @@ import json
 import math
 from pathlib import Path
 
+from benchmarks.evidence.aggregates import probability_of_improvement
 from benchmarks.evidence.leaderboard import (
     TAUS,
     Board,
@@ -18,6 +19,7 @@ from benchmarks.evidence.leaderboard import (
     profiles,
     progress,
 )
+from benchmarks.evidence.placement import Placement
 from benchmarks.evidence.plan import Row
 from cory_common.files import atomic_write
 
@@ -48,8 +50,9 @@ def _gap(iv) -> str:
     return f"{iv.mean:+.2f} [{iv.low:+.2f}, {iv.high:+.2f}]"
 
 
-def ranking(board: Board, table: list[Entry]) -> list[str]:
-    """The ranking table: every method's aggregate, per-task means, KL and spend."""
+def ranking(board: Board, table: list[Entry], placed: tuple[str, ...] = ()) -> list[str]:
+    """The ranking table: every method's aggregate, per-task means, KL and spend (`placed`
+    methods marked so)."""
     tasks = [s.task for s in board.studies]
     head = ["#", "method", "IQM [95%]", "mean [95%]", f"P(> {board.reference}) [95%]",
             *[f"{t} (mean)" for t in tasks], "final ΣKL",
@@ -58,7 +61,8 @@ def ranking(board: Board, table: list[Entry]) -> list[str]:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for i, e in enumerate(table, 1):
         means = [_num(sum(v) / len(v)) if v else "–" for v in (e.scores[t] for t in tasks)]
-        cells = [str(i) if e.iqm else "–", f"`{e.method}`", _iv(e.iqm), _iv(e.mean),
+        name = f"`{e.method}`" + (" (placed)" if e.method in placed else "")
+        cells = [str(i) if e.iqm else "–", name, _iv(e.iqm), _iv(e.mean),
                  "(reference)" if e.method == board.reference else _iv(e.p_over_reference),
                  *means, _num(e.final_kl), *[_gap(e.matched_gap[t]) for t in tasks],
                  _num(e.spent.get("optimizer steps"), ".0f"),
@@ -150,6 +154,38 @@ def page(board: Board, table: list[Entry], saved: dict | None, hypotheses: str,
     for s in board.studies:
         lines.append(f"- `{s.task}`: preset `{s.preset}`, seeds {s.seeds[0]}–{s.seeds[-1]} "
                      f"({len(s.seeds)}), folder `{s.folder}`.")
+    return "\n".join(lines) + "\n"
+
+
+def placement_page(placing: Placement, table: list[Entry], saved: dict | None) -> str:
+    """The page of methods placed on a board (`benchmarks.evidence.placement`): the ranking
+    over the tasks they cover, and each one's probability of improvement over every method."""
+    board, by = placing.board, {e.method: e for e in table}
+    commit = (saved or {}).get("commit", "")[:12] or "not started"
+    lines = [f"# {', '.join(f'`{m}`' for m in placing.methods)} on the leaderboard of "
+             f"{board.model}", "",
+             f"The plan `{board.path}`: its runs at commit `{commit}`, "
+             f"{progress(placing.origin).line()}. Read over "
+             f"{' and '.join(f'`{s.task}`' for s in board.studies)} only: the tasks the placed "
+             f"folders run.", ""]
+    lines += [f"- `{m}` (placed): from {', '.join(f'`{f}`' for f in placing.folders[m])}, "
+              f"{by[m].seeds} finished runs, at commit "
+              f"{', '.join(f'`{c}`' for c in placing.commits[m]) or '–'}." for m in placing.methods]
+    lines += ["", "The plan's hypotheses do not name a placed method: what follows is "
+              "descriptive, with 95% intervals and no verdict. Scores, aggregates and spend are "
+              "read as on the leaderboard's page.", "",
+              *ranking(board, table, placing.methods), "",
+              "## Probability of improvement", "",
+              "| method | " + " | ".join(f"P(`{m}` >) [95%]" for m in placing.methods) + " |",
+              "|---|" + "---|" * len(placing.methods)]
+    for e in table:
+        if e.method in placing.methods:
+            continue
+        cells = []
+        for m in placing.methods:
+            ok = all(len(v) >= 2 for v in (*by[m].scores.values(), *e.scores.values()))
+            cells.append(_iv(probability_of_improvement(by[m].scores, e.scores)) if ok else "–")
+        lines.append(f"| `{e.method}` | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -23,13 +23,13 @@ GAINS = {"ppo": {"reviews": [0.7, 0.5, 0.9, 0.6], "reasoning": [0.3, 0.4, 0.25, 
 SCALE = {"reviews": 0.7, "reasoning": 0.36}
 
 
-def study(folder, task):
-    """A finished study folder whose methods' alone gains per seed are GAINS (base 0, two
+def study(folder, task, gains=GAINS, train=None, imports=()):
+    """A finished study folder whose methods' alone gains per seed are `gains` (base 0, two
     later points averaging the gain, ΣKL rising 0, 1, 2), with done/ markers."""
     evals, rows = [], []
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "done").mkdir(exist_ok=True)
-    for method, per_task in GAINS.items():
+    for method, per_task in gains.items():
         agents = ["llm_0"] if method in ("ppo", "grpo") else ["llm_0", "llm_1"]
         for seed, g in enumerate(per_task[task]):
             run = f"{task}-{method}-seed{seed}"
@@ -48,8 +48,10 @@ def study(folder, task):
                                  "time_cpu_s": 2.0})
     (folder / "alone.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evals))
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (folder / "run_config.json").write_text(json.dumps({"format": FORMAT,
-                                                        "train": {"batch_size": 4}}))
+    (folder / "run_config.json").write_text(json.dumps({
+        "format": FORMAT, "tasks": [task], "methods": list(gains),
+        "seeds": list(range(len(next(iter(gains.values()))[task]))), "imports": list(imports),
+        "train": train or {"batch_size": 4, "model": "smollm2-135m"}}))
     return folder
 
 
@@ -267,3 +269,53 @@ def test_run_continues_each_study_with_the_plans_options(board, tmp_path, monkey
     first = capsys.readouterr().out.splitlines()[0]  # where the plan stands, in runs and hours
     assert "32 of 32 runs finished" in first
     assert "0.2 CPU-hours spent; about 0.0 CPU-hours left (0.0 h at 2 runs at once)" in first
+
+
+MINE = {"reinforce-ema": {"reviews": [1.0, 0.8, 1.2, 0.9, 1.1], "reasoning": []}}
+PLUGIN = ["examples.exercises.ex2_learner"]  # registers the learner reinforce-ema
+
+
+def test_place_ranks_your_folder_beside_the_plans_records_over_the_tasks_it_covers(board,
+                                                                                     tmp_path):
+    """A folder of a plug-in learner, run with the plan's setting on `reviews` only: the board is
+    read over `reviews`, every method's aggregates are those of its reviews scores, and the
+    placed method's row and P(mine > method) are the field statistics of its own."""
+    from benchmarks.evidence.placement import place
+
+    mine = study(tmp_path / "mine", "reviews", MINE, imports=PLUGIN)
+    placing = place(Board.load(board), [mine])
+    assert [s.task for s in placing.board.studies] == ["reviews"]
+    assert placing.methods == ("reinforce-ema",)
+    assert placing.commits == {"reinforce-ema": ["unrecorded"]}
+    table = {e.method: e for e in entries(placing.board)}
+    ours = {"reviews": [g / 0.7 for g in MINE["reinforce-ema"]["reviews"]]}
+    ppo = {"reviews": normalized("ppo")["reviews"]}
+    assert table["reinforce-ema"].iqm == aggregate(ours) and table["reinforce-ema"].seeds == 5
+    assert table["ppo"].iqm == aggregate(ppo)  # the board's methods, over reviews alone
+    assert table["reinforce-ema"].p_over_reference == probability_of_improvement(ours, ppo)
+    out = tmp_path / "place.md"
+    command.main(["place", str(board), str(mine), "--out", str(out)])
+    text = out.read_text()
+    assert "| `reinforce-ema` (placed) |" in text and "Read over `reviews` only" in text
+    p = probability_of_improvement(ours, {"reviews": normalized("grpo")["reviews"]})
+    assert f"| `grpo` | {p[0]:.2f} [{p[1]:.2f}, {p[2]:.2f}] |" in text
+    assert "5 finished runs" in text and "no verdict" in text
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda root: study(root / "x", "reviews", MINE, imports=PLUGIN,
+                        train={"batch_size": 8, "model": "smollm2-135m"}),
+     "x was not run with the setting of the plan's reviews study .*: train.batch_size: the "
+     "plan's 4, .*x's 8"),
+    (lambda root: study(root / "x", "reviews", {"ppo": GAINS["ppo"]}),
+     "'ppo' is on the board already"),
+    (lambda root: study(root / "x", "sentiment", {"ppo": {"sentiment": [1.0, 2.0]}}),
+     r"runs \['sentiment'\]; the plan has studies of \['reviews', 'reasoning'\] only"),
+    (lambda root: (root / "x").mkdir(), "holds no study"),
+    (lambda root: study(root / "x", "reviews", {"mystery": MINE["reinforce-ema"]}),
+     "unknown method 'mystery'"),
+])
+def test_place_refuses_a_folder_it_cannot_place_naming_why(board, tmp_path, make, message):
+    make(tmp_path)
+    with pytest.raises(SystemExit, match=message):
+        command.main(["place", str(board), str(tmp_path / "x")])

@@ -1,0 +1,127 @@
+"""Your methods on the leaderboard: study folders run with a plan's setting, read beside the
+plan's own records and ranked with them (`python -m benchmarks.leaderboard place`).
+
+    python -m benchmarks.run --preset leaderboard --tasks reviews --methods my-learner \\
+        --import ./my_learner.py --out runs/mine
+    python -m benchmarks.leaderboard place docs/leaderboard/plan.toml runs/mine
+
+A folder is placed on each of its tasks the plan has a study of, when its settings are that
+study's: the methods, seeds, tasks, `--import` code, threads, device, checkpoint interval and
+preset name may differ; any other setting is refused by name. Its methods must be new to the
+board. The board is then read over the tasks the folders cover, so every method is aggregated
+over the same tasks, and only finished runs count. The plan's hypotheses do not name a placed
+method, so its comparison is descriptive: intervals, no verdict.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from agents.training.checkpoint import run_config
+from benchmarks.evidence.leaderboard import Board
+from benchmarks.evidence.plan import made_with, trajectories
+from benchmarks.evidence.records import RunData, check_format
+from benchmarks.settings.config import from_saved
+
+MAY_DIFFER = ("methods", "seeds", "tasks", "imports", "threads", "wandb", "preset", "quick",
+              "checkpoint_every", "train.device", "train.placement")  # what a run may vary
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The board read over the placed folders' tasks with their methods added (`board`), the
+    plan's own board (`origin`), and what each placed method's records name."""
+
+    board: Board
+    origin: Board
+    methods: tuple[str, ...]
+    folders: dict[str, list[str]]  # placed method -> its folders
+    commits: dict[str, list[str]]  # placed method -> the commits its finished runs name
+
+
+def settings(folder: Path) -> dict[str, object]:
+    """A study folder's settings by dotted name, validated with its `--import` plug-ins loaded
+    (a ValueError naming the folder)."""
+    path = folder / "run_config.json"
+    if not path.is_file():
+        raise ValueError(f"{folder} holds no study (no run_config.json)")
+    saved = json.loads(path.read_text())
+    check_format(saved, path)
+    try:  # validating imports the folder's plug-ins, so their methods read as any other
+        return run_config(from_saved({k: v for k, v in saved.items()
+                                      if k not in ("code", "format")}).validate())
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{path}: {err}") from None
+
+
+def differences(ours: dict, yours: dict, name: str) -> list[str]:
+    """'key: the plan's X, NAME's Y' for each setting that may not differ."""
+    return [f"{key}: the plan's {ours.get(key)!r}, {name}'s {yours.get(key)!r}"
+            for key in sorted(set(ours) | set(yours))
+            if not any(key == k or key.startswith(k + ".") for k in MAY_DIFFER)
+            and ours.get(key) != yours.get(key)]
+
+
+def place(board: Board, folders: Sequence[str | Path]) -> Placement:
+    """The board with the methods of `folders` placed on it (a ValueError naming the first
+    folder, task, setting or method that cannot be)."""
+    if not folders:
+        raise ValueError("place needs one study folder or more")
+    studies = {s.task: s for s in board.studies}
+    placed: dict[tuple[str, str], Path] = {}
+    for folder in map(Path, folders):
+        yours = settings(folder)
+        tasks = [t for t in yours["tasks"] if t in studies]
+        if not tasks:
+            raise ValueError(f"{folder} runs {yours['tasks']}; the plan has studies of "
+                             f"{list(studies)} only")
+        for method in yours["methods"]:
+            if method in board.methods:
+                raise ValueError(f"{folder}: {method!r} is on the board already; place only "
+                                 f"methods it does not hold (python -m benchmarks.compare "
+                                 f"compares two folders' runs of one method)")
+        for task in tasks:
+            study = Path(studies[task].folder)
+            if not (study / "run_config.json").is_file():
+                raise ValueError(f"the plan's {task} study ({study}) has no runs yet to place "
+                                 f"{folder} beside")
+            diff = differences(settings(study), yours, str(folder))
+            if diff:
+                raise ValueError(f"{folder} was not run with the setting of the plan's {task} "
+                                 f"study ({study}): " + "; ".join(diff))
+            for method in yours["methods"]:
+                if (task, method) in placed:
+                    raise ValueError(f"{method!r} on {task} is in both {placed[task, method]} "
+                                     f"and {folder}: merge them first (python -m "
+                                     f"benchmarks.merge)")
+                placed[task, method] = folder
+    methods = tuple(dict.fromkeys(m for _, m in placed))
+    covered = {t for t, _ in placed}
+    read = dataclasses.replace(
+        board, methods=board.methods + methods,
+        studies=tuple(s for s in board.studies if s.task in covered),
+        placed=tuple((t, m, str(f)) for (t, m), f in placed.items()))
+    return Placement(read, board, methods,
+                     {m: sorted({str(f) for (_, x), f in placed.items() if x == m})
+                      for m in methods}, _commits(read, methods))
+
+
+def _commits(board: Board, methods: tuple[str, ...]) -> dict[str, list[str]]:
+    """placed method -> the commits its finished runs' records name."""
+    cache: dict = {}
+    out: dict[str, set[str]] = {m: set() for m in methods}
+    for s in board.studies:
+        for m in methods:
+            arm = board.arm(s, m)
+            seeds = set(trajectories(arm, cache))
+            if seeds:
+                data = cache.setdefault(str(arm.folder), RunData.load(Path(arm.folder)))
+                out[m].update(made_with(data, arm, "commit", seeds))
+    return {m: sorted(v) for m, v in out.items()}
+
+
+__all__ = ["MAY_DIFFER", "Placement", "place", "settings"]
