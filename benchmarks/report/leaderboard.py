@@ -154,6 +154,8 @@ def page(board: Board, table: list[Entry], saved: dict | None, hypotheses: str,
     for s in board.studies:
         lines.append(f"- `{s.task}`: preset `{s.preset}`, seeds {s.seeds[0]}–{s.seeds[-1]} "
                      f"({len(s.seeds)}), folder `{s.folder}`.")
+    lines += ["", f"Your own method beside these runs: run it with a study's preset, then "
+              f"`python -m benchmarks.leaderboard place {board.path} FOLDER`."]
     return "\n".join(lines) + "\n"
 
 
