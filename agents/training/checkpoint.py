@@ -91,15 +91,17 @@ def run_config(cfg) -> dict[str, object]:
     return out
 
 
-def config_differences(saved: dict, now: dict, allowed=RESUMABLE_CHANGES, label: str = "now"
-                       ) -> tuple[list[str], list[str]]:
-    """(refused, allowed): 'field: saved X, now Y' for each setting of two `run_config`s that
-    differs; a field whose first part is in `allowed` may differ."""
+def config_differences(saved: dict, now: dict, allowed=RESUMABLE_CHANGES, label: str = "now",
+                       base: str = "saved") -> tuple[list[str], list[str]]:
+    """(refused, allowed): 'field: saved X, now Y' (`base` and `label` name the two sides) for
+    each setting of two `run_config`s that differs; a field that is, or lies under, an entry of
+    `allowed` (a name or a dotted path such as "train.device") may differ."""
     refused, may_differ = [], []
     for key in sorted(set(saved) | set(now)):
         if saved.get(key) != now.get(key):
-            line = f"{key}: saved {saved.get(key)!r}, {label} {now.get(key)!r}"
-            (may_differ if key.split(".")[0] in allowed else refused).append(line)
+            line = f"{key}: {base} {saved.get(key)!r}, {label} {now.get(key)!r}"
+            free = any(key == k or key.startswith(k + ".") for k in allowed)
+            (may_differ if free else refused).append(line)
     return refused, may_differ
 
 

@@ -382,15 +382,16 @@ def entries(board: Board) -> list[Entry]:
     return sorted(out, key=lambda e: (e.iqm is None, -(e.iqm[0] if e.iqm else 0.0), e.method))
 
 
+def improvement(a: Entry, b: Entry) -> tuple[float, float, float] | None:
+    """P(a run of `a` beats a run of `b`) with its interval, or None until both have two
+    finished seeds on every task (an IQM)."""
+    return probability_of_improvement(a.scores, b.scores) if a.iqm and b.iqm else None
+
+
 def pair_improvements(board: Board, table: list[Entry]) -> list[tuple[str, str, tuple | None]]:
     """(cory-X, X, P(cory-X > X) with its interval, or None before both have runs)."""
     by = {e.method: e for e in table}
-    out = []
-    for a, b in board.pairs:
-        sa, sb = by[a].scores, by[b].scores
-        ok = all(len(sa[t]) >= 2 and len(sb[t]) >= 2 for t in sa)
-        out.append((a, b, probability_of_improvement(sa, sb) if ok else None))
-    return out
+    return [(a, b, improvement(by[a], by[b])) for a, b in board.pairs]
 
 
 def profiles(table: list[Entry]) -> dict[str, list[tuple[float, float, float]]]:
@@ -410,5 +411,5 @@ def is_finite(x: float | None) -> bool:
     return x is not None and math.isfinite(x)
 
 
-__all__ = ["Board", "Entry", "Progress", "Study", "entries", "missing_runs", "pair_improvements",
-           "profiles", "progress", "pinned", "is_finite"]
+__all__ = ["Board", "Entry", "Progress", "Study", "entries", "improvement", "missing_runs",
+           "pair_improvements", "profiles", "progress", "pinned", "is_finite"]

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from agents.training.checkpoint import run_config
+from agents.training.checkpoint import config_differences, run_config
 from benchmarks.evidence.leaderboard import Board
 from benchmarks.evidence.plan import made_with, trajectories
 from benchmarks.evidence.records import RunData, check_format
@@ -39,8 +39,12 @@ class Placement:
     board: Board
     origin: Board
     methods: tuple[str, ...]
-    folders: dict[str, list[str]]  # placed method -> its folders
     commits: dict[str, list[str]]  # placed method -> the commits its finished runs name
+
+    @property
+    def folders(self) -> dict[str, list[str]]:
+        """placed method -> the folders it is read from."""
+        return {m: sorted({f for _, x, f in self.board.placed if x == m}) for m in self.methods}
 
 
 def settings(folder: Path) -> dict[str, object]:
@@ -56,14 +60,6 @@ def settings(folder: Path) -> dict[str, object]:
                                       if k not in ("code", "format")}).validate())
     except (TypeError, ValueError) as err:
         raise ValueError(f"{path}: {err}") from None
-
-
-def differences(ours: dict, yours: dict, name: str) -> list[str]:
-    """'key: the plan's X, NAME's Y' for each setting that may not differ."""
-    return [f"{key}: the plan's {ours.get(key)!r}, {name}'s {yours.get(key)!r}"
-            for key in sorted(set(ours) | set(yours))
-            if not any(key == k or key.startswith(k + ".") for k in MAY_DIFFER)
-            and ours.get(key) != yours.get(key)]
 
 
 def place(board: Board, folders: Sequence[str | Path]) -> Placement:
@@ -89,7 +85,8 @@ def place(board: Board, folders: Sequence[str | Path]) -> Placement:
             if not (study / "run_config.json").is_file():
                 raise ValueError(f"the plan's {task} study ({study}) has no runs yet to place "
                                  f"{folder} beside")
-            diff = differences(settings(study), yours, str(folder))
+            diff, _ = config_differences(settings(study), yours, MAY_DIFFER,
+                                         label=f"{folder}'s", base="the plan's")
             if diff:
                 raise ValueError(f"{folder} was not run with the setting of the plan's {task} "
                                  f"study ({study}): " + "; ".join(diff))
@@ -105,9 +102,7 @@ def place(board: Board, folders: Sequence[str | Path]) -> Placement:
         board, methods=board.methods + methods,
         studies=tuple(s for s in board.studies if s.task in covered),
         placed=tuple((t, m, str(f)) for (t, m), f in placed.items()))
-    return Placement(read, board, methods,
-                     {m: sorted({str(f) for (_, x), f in placed.items() if x == m})
-                      for m in methods}, _commits(read, methods))
+    return Placement(read, board, methods, _commits(read, methods))
 
 
 def _commits(board: Board, methods: tuple[str, ...]) -> dict[str, list[str]]:

@@ -9,11 +9,11 @@ import json
 import math
 from pathlib import Path
 
-from benchmarks.evidence.aggregates import probability_of_improvement
 from benchmarks.evidence.leaderboard import (
     TAUS,
     Board,
     Entry,
+    improvement,
     is_finite,
     pair_improvements,
     profiles,
@@ -183,10 +183,7 @@ def placement_page(placing: Placement, table: list[Entry], saved: dict | None) -
     for e in table:
         if e.method in placing.methods:
             continue
-        cells = []
-        for m in placing.methods:
-            ok = all(len(v) >= 2 for v in (*by[m].scores.values(), *e.scores.values()))
-            cells.append(_iv(probability_of_improvement(by[m].scores, e.scores)) if ok else "–")
+        cells = [_iv(improvement(by[m], e)) for m in placing.methods]
         lines.append(f"| `{e.method}` | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
