@@ -32,8 +32,11 @@ demo: $(STAMP)
 	$(BIN)/python -m benchmarks.run --preset real-demo --model $(MODEL)   # prints where report.md and the plots are
 	@echo "More seeds (the claims need 3+): $(BIN)/python -m benchmarks.run --preset real-demo --model $(MODEL) --seeds 0,1,2,3,4"
 
+# the suite over TEST_WORKERS processes (pytest-xdist), a test file to one process so its
+# fixtures are shared as written; TEST_WORKERS=0: in this process, one test after another
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q tests -n $(TEST_WORKERS) --dist loadfile
 
 # every shell command of the README and docs/, checked as written (tools/doc_commands.py), and
 # the study's summary held to its generated table (every sentence cites complete rows)

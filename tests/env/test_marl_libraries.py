@@ -9,6 +9,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+import torch
 
 pytest.importorskip("torchrl")
 pytest.importorskip("supersuit")
@@ -34,10 +35,21 @@ def quiet():
 def test_torchrl_wraps_the_env_and_rolls_it_out(kw):
     from agents.interop.torchrl import torchrl_env
 
+    from cory_env.tasks.course import EOS, course_tokenizer
+
     env = torchrl_env(task="course", seed=0, **kw)
     k, rounds = kw.get("n_agents", 2), kw.get("rounds", 1)
     assert list(env.group_map) == [f"llm_{i}" for i in range(k)]
-    td = env.rollout(100)
+    eos = course_tokenizer().convert_tokens_to_ids(EOS)
+
+    def words(td):  # TorchRL's random actions with `<eos>` swapped for a word: 2 tokens a turn
+        td = env.rand_action(td)
+        for group in env.group_map:
+            action = td[group, "action"]
+            td[group, "action"] = torch.where(action == eos, action + 1, action)
+        return td
+
+    td = env.rollout(100, policy=words)
     assert td.batch_size[0] == 2 * k * rounds  # every turn of one episode: 2 tokens each
     assert bool(td["next", "done"][-1])
     for i in range(k):  # each agent acts on its own 2 tokens of every round, in chain order
