@@ -34,7 +34,6 @@ def quiet():
                                 {"parallel": True, "n_agents": 3, "rounds": 2}])
 def test_torchrl_wraps_the_env_and_rolls_it_out(kw):
     from agents.interop.torchrl import torchrl_env
-
     from cory_env.tasks.course import EOS, course_tokenizer
 
     env = torchrl_env(task="course", seed=0, **kw)
