@@ -23,6 +23,7 @@ count. The aggregates are `benchmarks.evidence.aggregates`'.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -366,19 +367,19 @@ def run_cpu_seconds(data: RunData, task: str, method: str, seeds: set[int]) -> l
 def entries(board: Board) -> list[Entry]:
     """Every method's line, best IQM first (methods without finished runs last)."""
     cache: dict = {}
-    ref = scores(board, board.reference, cache)
     out = []
     for m in board.methods:
         sc = scores(board, m, cache)
         full = all(len(v) >= 2 for v in sc.values())
-        agg = aggregate(sc, IQM) if full else None
-        mean = aggregate(sc, MEAN) if full else None
-        p = (probability_of_improvement(sc, ref) if full and m != board.reference
-             and all(len(v) >= 2 for v in ref.values()) else None)
         spent, cpu = _spent(board, m, cache)
-        out.append(Entry(m, sc, agg, mean, p, _final_kl(board, m, cache),
+        out.append(Entry(m, sc, aggregate(sc, IQM) if full else None,
+                         aggregate(sc, MEAN) if full else None, None,
+                         _final_kl(board, m, cache),
                          {s.task: _matched_gap(board, s, m, cache) for s in board.studies},
                          spent, cpu))
+    ref = next(e for e in out if e.method == board.reference)
+    out = [dataclasses.replace(e, p_over_reference=improvement(e, ref)) if e is not ref else e
+           for e in out]
     return sorted(out, key=lambda e: (e.iqm is None, -(e.iqm[0] if e.iqm else 0.0), e.method))
 
 
