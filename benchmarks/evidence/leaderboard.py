@@ -44,7 +44,7 @@ from benchmarks.evidence.aggregates import (
 from benchmarks.evidence.budgets import arm_budget
 from benchmarks.evidence.frontier import matched_reward_gap
 from benchmarks.evidence.intervals import Interval
-from benchmarks.evidence.plan import Arm, Plan, trajectories
+from benchmarks.evidence.plan import Arm, Plan, run_data, trajectories
 from benchmarks.evidence.records import RunData
 from benchmarks.settings.config import RunSpec, run_weight
 from benchmarks.settings.presets import PRESETS
@@ -339,7 +339,7 @@ def _spent(board: Board, method: str, cache: dict) -> tuple[dict[str, float], fl
         folder = Path(board.arm(s, method).folder)
         if not (folder / "alone.jsonl").exists():
             continue
-        data = cache.setdefault(str(folder), RunData.load(folder))
+        data = run_data(folder, cache)
         seeds = set(trajectories(board.arm(s, method), cache))
         if not seeds:
             continue

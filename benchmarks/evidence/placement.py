@@ -23,8 +23,8 @@ from pathlib import Path
 
 from agents.training.checkpoint import config_differences, run_config
 from benchmarks.evidence.leaderboard import Board
-from benchmarks.evidence.plan import made_with, trajectories
-from benchmarks.evidence.records import RunData, check_format
+from benchmarks.evidence.plan import made_with, run_data, trajectories
+from benchmarks.evidence.records import check_format
 from benchmarks.settings.config import from_saved
 
 MAY_DIFFER = ("methods", "seeds", "tasks", "imports", "threads", "wandb", "preset", "quick",
@@ -114,7 +114,7 @@ def _commits(board: Board, methods: tuple[str, ...]) -> dict[str, list[str]]:
             arm = board.arm(s, m)
             seeds = set(trajectories(arm, cache))
             if seeds:
-                data = cache.setdefault(str(arm.folder), RunData.load(Path(arm.folder)))
+                data = run_data(arm.folder, cache)
                 out[m].update(made_with(data, arm, "commit", seeds))
     return {m: sorted(v) for m, v in out.items()}
 

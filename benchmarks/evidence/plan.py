@@ -145,13 +145,21 @@ class Plan:
         return cls(str(data.get("written", "")), hyps, alpha)
 
 
+def run_data(folder: str | Path, cache: dict) -> RunData:
+    """A study folder's records, read once per `cache` (keyed by the folder's path)."""
+    key = str(Path(folder))
+    if key not in cache:
+        cache[key] = RunData.load(Path(folder))
+    return cache[key]
+
+
 def trajectories(arm: Arm, cache: dict) -> dict[int, Trajectory]:
     """seed -> the arm's alone trajectory of a finished run, cut at its iterations, with two
     points at least (empty when the folder or the method has no records)."""
     folder = Path(arm.folder)
     if not (folder / "alone.jsonl").exists():
         return {}
-    data = cache.setdefault(str(folder), RunData.load(folder))
+    data = run_data(folder, cache)
     out = {}
     unfinished = running(folder, data, arm)
     for seed, t in data.trajectories(arm.task, arm.method, None).items():

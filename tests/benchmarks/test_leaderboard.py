@@ -12,7 +12,7 @@ import pytest
 import benchmarks.leaderboard as command
 from benchmarks.evidence.aggregates import aggregate, iqm, probability_of_improvement
 from benchmarks.evidence.leaderboard import Board, cpu_cost, entries, missing_runs, progress
-from benchmarks.evidence.records import FORMAT
+from benchmarks.evidence.records import FORMAT, RunData
 from benchmarks.report.leaderboard import README_END, README_START
 
 # alone gain per seed: method -> task -> gains
@@ -153,6 +153,17 @@ def test_the_page_renders_the_same_bytes_and_check_holds_it_and_the_readme(board
         command.main(["check", str(board), str(page), str(readme)])
     with pytest.raises(SystemExit, match="differs from its rendering"):
         command.main(["render", str(board), "--out", str(page), "--check"])
+
+
+def test_one_rendering_reads_each_study_folder_once_for_the_table_and_once_for_the_rows(
+        board, tmp_path, monkeypatch):
+    loads = []
+    real = RunData.load.__func__
+    monkeypatch.setattr(RunData, "load", classmethod(
+        lambda cls, folder: loads.append(str(folder)) or real(cls, folder)))
+    command.main(["render", str(board), "--out", str(tmp_path / "leaderboard.md")])
+    # the table reads both studies; the rows, whose hypotheses name reviews only, read that one
+    assert sorted(loads) == [str(tmp_path / "reasoning")] + 2 * [str(tmp_path / "reviews")]
 
 
 def test_check_holds_the_profile_plot_to_the_records_numbers(board, tmp_path):
