@@ -342,7 +342,7 @@ def evaluate(plan: Plan) -> list[Row]:
         row.p_holm = adjusted
         h = row.hypothesis
         if row.n >= 2:
-            arms = [(cache[str(Path(arm.folder))], arm, seeds) for arm, seeds in
+            arms = [(run_data(arm.folder, cache), arm, seeds) for arm, seeds in
                     zip((h.a, h.b), row.seeds)]
             ba, bb = (arm_budget(d, arm.task, arm.method, seeds=seeds,
                                  iterations=arm.iterations) for d, arm, seeds in arms)
@@ -438,9 +438,9 @@ def pilot_differences(h: Hypothesis, pilot: Hypothesis, cache: dict) -> str:
     for label, ours, theirs in (("a", h.a, pilot.a), ("b", h.b, pilot.b)):
         if not trajectories(ours, cache) or not trajectories(theirs, cache):
             continue
-        mine = arm_budget(cache[str(Path(ours.folder))], ours.task, ours.method,
+        mine = arm_budget(run_data(ours.folder, cache), ours.task, ours.method,
                           iterations=ours.iterations)
-        then = arm_budget(cache[str(Path(theirs.folder))], theirs.task, theirs.method)
+        then = arm_budget(run_data(theirs.folder, cache), theirs.task, theirs.method)
         if diff := differing(then, mine):
             said.append(f"its {label} arm ({theirs.method}) spent {'; '.join(diff)} "
                         f"(pilot vs plan)")
