@@ -78,9 +78,14 @@ def test_a_task_that_pays_every_round_pays_at_each_rounds_end():
     assert nonzero == [("llm_0", 4.0), ("llm_1", -4.0), ("llm_0", 4.0), ("llm_1", -4.0)]
 
 
-def test_max_cycles_caps_every_agents_steps_over_the_episode():
+@pytest.mark.parametrize("llm_1_stops, expected", [
+    (False, {"llm_0": 3, "llm_1": 3}),  # answers of 2 tokens: 2 + 1 steps each, then llm_0 is spent
+    (True, {"llm_0": 3, "llm_1": 2}),  # llm_1 answers EOS at once: 1 + 1 steps when llm_0 is spent
+])
+def test_max_cycles_caps_every_agents_steps_over_the_episode(llm_1_stops, expected):
     env = cory_env.env(task="course", rounds=3, max_cycles=3)
     env.reset(seed=0)
+    eos, word = env.unwrapped.tokenizer.eos_token_id, 3
     acted, ends = {}, {}
     for agent in env.agent_iter():
         _, _, term, trunc, _ = env.last()
@@ -89,8 +94,8 @@ def test_max_cycles_caps_every_agents_steps_over_the_episode():
             env.step(None)
             continue
         acted[agent] = acted.get(agent, 0) + 1
-        env.step(env.action_space(agent).sample())
-    assert acted == {"llm_0": 3, "llm_1": 3}
+        env.step(eos if llm_1_stops and agent == "llm_1" else word)
+    assert acted == expected
     assert ends == {"llm_0": (False, True), "llm_1": (False, True)}
 
 
