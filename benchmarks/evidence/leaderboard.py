@@ -45,7 +45,7 @@ from benchmarks.evidence.budgets import arm_budget
 from benchmarks.evidence.frontier import matched_reward_gap
 from benchmarks.evidence.intervals import Interval
 from benchmarks.evidence.plan import Arm, Plan, run_data, trajectories
-from benchmarks.evidence.records import RunData
+from benchmarks.evidence.records import RunData, no_records
 from benchmarks.settings.config import RunSpec, run_weight
 from benchmarks.settings.presets import PRESETS
 from cory_env import registered_tasks
@@ -253,7 +253,7 @@ def cpu_cost(board: Board) -> Cost:
     scaled, untimed = [], []
     for s in board.studies:
         folder = Path(s.folder)
-        data = RunData.load(folder) if (folder / "metrics.jsonl").exists() else None
+        data = RunData.load(folder) if no_records(folder) is None else None
         cpu: dict[tuple[str, int], float] = {}
         its: dict[tuple[str, int], set[int]] = {}
         for r in data.rows if data else []:

@@ -2,6 +2,7 @@
 probability of improvement, performance profiles), rendered the same bytes every time, checked
 byte for byte, run resumably at one pinned commit, bad input refused by name."""
 
+import gzip
 import json
 import subprocess
 import sys
@@ -221,6 +222,15 @@ def test_status_states_the_cpu_time_spent_and_left_from_the_records(board, tmp_p
                              "runs at once), not counting reasoning (not timed yet); 1 method not "
                              "timed yet, costed as another's scaled by models x episodes "
                              "(reviews grpo)")
+
+
+def test_status_counts_the_cpu_time_of_a_folder_whose_records_are_kept_gzipped(board, tmp_path):
+    before = cpu_cost(Board.load(board))
+    metrics = tmp_path / "reviews" / "metrics.jsonl"
+    metrics.with_name("metrics.jsonl.gz").write_bytes(gzip.compress(metrics.read_bytes()))
+    metrics.unlink()
+    after = cpu_cost(Board.load(board))
+    assert after.spent_s == pytest.approx(before.spent_s) and after.spent_s > 0
 
 
 @pytest.mark.parametrize("edit, message", [
