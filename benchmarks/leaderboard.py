@@ -154,7 +154,9 @@ def render(board: Board, partial: bool, page_path: Path) -> tuple[str, str, list
         raise ValueError(f"{len(missing)} planned runs have not finished ({shown}): run "
                          f"`python -m benchmarks.leaderboard run {board.path}`, or render with "
                          f"--partial")
-    saved, rows, table = pinned(board.path.parent), evaluate(board.plan), entries(board)
+    cache: dict = {}  # the rows and the table read each folder once between them
+    rows, table = evaluate(board.plan, cache), entries(board, cache)
+    saved = pinned(board.path.parent)
     plot = board.path.parent / PROFILE_PLOT
     return (page(board, table, saved, hypotheses_table(board.plan, rows, str(board.path)), rows,
                  os.path.relpath(plot, page_path.parent)),
@@ -212,8 +214,10 @@ def main(argv: list[str] | None = None) -> None:
                         for v in [getattr(a, flag[2:])] if v is not None for x in (flag, str(v))],
                 a.workers or 1)
         elif a.action == "place":
-            placing = place(board, a.files)
-            text = placement_page(placing, entries(placing.board), pinned(board.path.parent))
+            cache: dict = {}
+            placing = place(board, a.files, cache)
+            text = placement_page(placing, entries(placing.board, cache),
+                                  pinned(board.path.parent))
             if a.out:
                 atomic_write(Path(a.out), text)
             else:

@@ -364,9 +364,10 @@ def run_cpu_seconds(data: RunData, task: str, method: str, seeds: set[int]) -> l
     return out
 
 
-def entries(board: Board) -> list[Entry]:
-    """Every method's line, best IQM first (methods without finished runs last)."""
-    cache: dict = {}
+def entries(board: Board, cache: dict | None = None) -> list[Entry]:
+    """Every method's line, best IQM first (methods without finished runs last; records read
+    through `cache`, a fresh one when None)."""
+    cache = {} if cache is None else cache
     out = []
     for m in board.methods:
         sc = scores(board, m, cache)

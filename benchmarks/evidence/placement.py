@@ -62,9 +62,9 @@ def settings(folder: Path) -> dict[str, object]:
         raise ValueError(f"{path}: {err}") from None
 
 
-def place(board: Board, folders: Sequence[str | Path]) -> Placement:
+def place(board: Board, folders: Sequence[str | Path], cache: dict | None = None) -> Placement:
     """The board with the methods of `folders` placed on it (a ValueError naming the first
-    folder, task, setting or method that cannot be)."""
+    folder, task, setting or method that cannot be; records read through `cache`)."""
     if not folders:
         raise ValueError("place needs one study folder or more")
     studies = {s.task: s for s in board.studies}
@@ -102,12 +102,11 @@ def place(board: Board, folders: Sequence[str | Path]) -> Placement:
         board, methods=board.methods + methods,
         studies=tuple(s for s in board.studies if s.task in covered),
         placed=tuple((t, m, str(f)) for (t, m), f in placed.items()))
-    return Placement(read, board, methods, _commits(read, methods))
+    return Placement(read, board, methods, _commits(read, methods, {} if cache is None else cache))
 
 
-def _commits(board: Board, methods: tuple[str, ...]) -> dict[str, list[str]]:
+def _commits(board: Board, methods: tuple[str, ...], cache: dict) -> dict[str, list[str]]:
     """placed method -> the commits its finished runs' records name."""
-    cache: dict = {}
     out: dict[str, set[str]] = {m: set() for m in methods}
     for s in board.studies:
         for m in methods:

@@ -331,9 +331,10 @@ def contrast(h: Hypothesis, cache: dict) -> Row:
                dof=iv.dof, frontier=frontier_gap(h, seeds[0], cache))
 
 
-def evaluate(plan: Plan) -> list[Row]:
-    """Every hypothesis's row, Holm-adjusted over the whole family, budgets checked."""
-    cache: dict = {}
+def evaluate(plan: Plan, cache: dict | None = None) -> list[Row]:
+    """Every hypothesis's row, Holm-adjusted over the whole family, budgets checked (records
+    read through `cache`, a fresh one when None)."""
+    cache = {} if cache is None else cache
     rows = [contrast(h, cache) for h in plan.hypotheses]
     ps = [r.p if r.complete else 1.0 for r in rows]
     for i, row in enumerate(rows):
