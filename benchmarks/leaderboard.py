@@ -13,7 +13,8 @@
 `run` runs every study of the plan (`benchmarks.evidence.leaderboard` states its format), one
 after another, each with `benchmarks.run --preset P --methods ... --out FOLDER` (and
 `--resume` once its folder exists), so a stop at any point loses at most the iterations since
-each run's last checkpoint: run it again and it continues. The first `run` pins the code: it
+each run's last checkpoint: run it again and it continues. A study whose runs are all finished
+is not started again, so its folder may keep its records gzipped. The first `run` pins the code: it
 refuses a plan with uncommitted changes or a checkout whose code differs from its commit, and
 writes `pin.json` (that commit and the plan's sha256) beside the plan. Every later `run`
 refuses a plan edited since, and runs the pinned commit's code from a git worktree
@@ -132,6 +133,9 @@ def run(board: Board, execution: list[str], workers: int = 1) -> None:
     print(f"leaderboard {board.path}: code of {saved['commit'][:12]} from {root}; "
           f"{progress(board).line()}; {cpu_cost(board).line(workers)}", flush=True)
     for study in board.studies:
+        if not study.unfinished(board.methods):
+            print(f"leaderboard: {study.task} already finished", flush=True)
+            continue
         out = (ROOT / study.folder).resolve()
         args = [sys.executable, "-m", "benchmarks.run", *study.run_args(board.methods),
                 "--out", str(out), *execution]

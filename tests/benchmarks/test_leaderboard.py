@@ -278,6 +278,8 @@ def test_run_continues_each_study_with_the_plans_options(board, tmp_path, monkey
                         lambda args, cwd: calls.append((args, cwd)) or
                         subprocess.CompletedProcess(args, 0))
     (tmp_path / "reasoning" / "run_config.json").unlink()
+    for task in ("reviews", "reasoning"):  # one run left in each study
+        (tmp_path / task / "done" / f"{task}-cory-seed3").unlink()
     command.main(["run", str(board), "--workers", "2", "--threads", "1"])
     (rev, cwd), (math_, _) = calls
     assert cwd == tmp_path and rev[:3] == [sys.executable, "-m", "benchmarks.run"]
@@ -287,8 +289,27 @@ def test_run_continues_each_study_with_the_plans_options(board, tmp_path, monkey
     assert rev[-5:] == ["--workers", "2", "--threads", "1", "--resume"]
     assert math_[-4:] == ["--workers", "2", "--threads", "1"]
     first = capsys.readouterr().out.splitlines()[0]  # where the plan stands, in runs and hours
-    assert "32 of 32 runs finished" in first
+    assert "30 of 32 runs finished" in first
     assert "0.2 CPU-hours spent; about 0.0 CPU-hours left (0.0 h at 2 runs at once)" in first
+
+
+def test_run_leaves_a_finished_study_alone_even_with_its_records_gzipped(board, tmp_path,
+                                                                         monkeypatch, capsys):
+    calls = []
+    monkeypatch.setattr(command, "pin", lambda b: {"commit": "abc"})
+    monkeypatch.setattr(command, "code_root", lambda commit: tmp_path)
+    monkeypatch.setattr(command.subprocess, "run",
+                        lambda args, cwd: calls.append(args) or
+                        subprocess.CompletedProcess(args, 0))
+    records = tmp_path / "reviews" / "metrics.jsonl"
+    with gzip.open(records.with_suffix(".jsonl.gz"), "wb") as f:
+        f.write(records.read_bytes())
+    records.unlink()
+    (tmp_path / "reasoning" / "done" / "reasoning-ppo-seed0").unlink()
+    command.main(["run", str(board)])
+    (only,) = calls
+    assert only[only.index("--tasks") + 1] == "reasoning"
+    assert "leaderboard: reviews already finished" in capsys.readouterr().out
 
 
 MINE = {"reinforce-ema": {"reviews": [1.0, 0.8, 1.2, 0.9, 1.1], "reasoning": []}}
