@@ -14,10 +14,10 @@
 after another, each with `benchmarks.run --preset P --methods ... --out FOLDER` (and
 `--resume` once its folder exists), so a stop at any point loses at most the iterations since
 each run's last checkpoint: run it again and it continues. A study whose runs are all finished
-is not started again, so its folder may keep its records gzipped. The first `run` pins the code: it
-refuses a plan with uncommitted changes or a checkout whose code differs from its commit, and
-writes `pin.json` (that commit and the plan's sha256) beside the plan. Every later `run`
-refuses a plan edited since, and runs the pinned commit's code from a git worktree
+is not started again, so its folder may keep its records gzipped. The first `run` pins the
+code: it refuses a plan with uncommitted changes or a checkout whose code differs from its
+commit, and writes `pin.json` (that commit and the plan's sha256) beside the plan. Every
+later `run` refuses a plan edited since, and runs the pinned commit's code from a git worktree
 (`.leaderboard/<commit>`) when the checkout has moved on, so every record names one commit.
 `render` writes the page (and the README's block between its markers) and the profile plot
 from the records, the same bytes for the same records; it refuses a plan whose runs are not

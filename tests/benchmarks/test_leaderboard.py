@@ -223,11 +223,16 @@ def test_status_states_the_cpu_time_spent_and_left_from_the_records(board, tmp_p
                              "(reviews grpo)")
 
 
-def test_status_counts_the_cpu_time_of_a_folder_whose_records_are_kept_gzipped(board, tmp_path):
-    before = cpu_cost(Board.load(board))
-    metrics = tmp_path / "reviews" / "metrics.jsonl"
+def keep_gzipped(folder):
+    """Replace a study folder's metrics.jsonl by its gzipped copy, as a published folder does."""
+    metrics = folder / "metrics.jsonl"
     metrics.with_name("metrics.jsonl.gz").write_bytes(gzip.compress(metrics.read_bytes()))
     metrics.unlink()
+
+
+def test_status_counts_the_cpu_time_of_a_folder_whose_records_are_kept_gzipped(board, tmp_path):
+    before = cpu_cost(Board.load(board))
+    keep_gzipped(tmp_path / "reviews")
     after = cpu_cost(Board.load(board))
     assert after.spent_s == pytest.approx(before.spent_s) and after.spent_s > 0
 
@@ -269,19 +274,25 @@ def test_the_first_run_pins_the_commit_and_a_plan_edited_after_is_refused(board,
         command.pin(Board.load(board))
 
 
-def test_run_continues_each_study_with_the_plans_options(board, tmp_path, monkeypatch,
-                                                         capsys):
+@pytest.fixture
+def launched(tmp_path, monkeypatch):
+    """The (args, cwd) of each `benchmarks.run` that `leaderboard run` starts, none of them run;
+    the plan pinned to commit abc, whose code is at tmp_path."""
     calls = []
     monkeypatch.setattr(command, "pin", lambda b: {"commit": "abc"})
     monkeypatch.setattr(command, "code_root", lambda commit: tmp_path)
     monkeypatch.setattr(command.subprocess, "run",
                         lambda args, cwd: calls.append((args, cwd)) or
                         subprocess.CompletedProcess(args, 0))
+    return calls
+
+
+def test_run_continues_each_study_with_the_plans_options(board, tmp_path, launched, capsys):
     (tmp_path / "reasoning" / "run_config.json").unlink()
     for task in ("reviews", "reasoning"):  # one run left in each study
         (tmp_path / task / "done" / f"{task}-cory-seed3").unlink()
     command.main(["run", str(board), "--workers", "2", "--threads", "1"])
-    (rev, cwd), (math_, _) = calls
+    (rev, cwd), (math_, _) = launched
     assert cwd == tmp_path and rev[:3] == [sys.executable, "-m", "benchmarks.run"]
     assert rev[rev.index("--methods") + 1] == "ppo,cory,grpo,cory-grpo"
     assert rev[rev.index("--seeds") + 1] == "0,1,2,3" and "--resume" in rev
@@ -294,20 +305,11 @@ def test_run_continues_each_study_with_the_plans_options(board, tmp_path, monkey
 
 
 def test_run_leaves_a_finished_study_alone_even_with_its_records_gzipped(board, tmp_path,
-                                                                         monkeypatch, capsys):
-    calls = []
-    monkeypatch.setattr(command, "pin", lambda b: {"commit": "abc"})
-    monkeypatch.setattr(command, "code_root", lambda commit: tmp_path)
-    monkeypatch.setattr(command.subprocess, "run",
-                        lambda args, cwd: calls.append(args) or
-                        subprocess.CompletedProcess(args, 0))
-    records = tmp_path / "reviews" / "metrics.jsonl"
-    with gzip.open(records.with_suffix(".jsonl.gz"), "wb") as f:
-        f.write(records.read_bytes())
-    records.unlink()
+                                                                         launched, capsys):
+    keep_gzipped(tmp_path / "reviews")
     (tmp_path / "reasoning" / "done" / "reasoning-ppo-seed0").unlink()
     command.main(["run", str(board)])
-    (only,) = calls
+    ((only, _),) = launched
     assert only[only.index("--tasks") + 1] == "reasoning"
     assert "leaderboard: reviews already finished" in capsys.readouterr().out
 
