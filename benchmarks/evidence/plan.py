@@ -277,9 +277,9 @@ class Row:
     def verdict(self, alpha: float) -> str:
         """The verdict at the family-wise level alpha (Holm)."""
         h = self.hypothesis
-        if self.n < 2:
-            return f"not run ({self.n} of {h.seeds} seeds)"
-        if not self.complete:
+        if self.n == 0:
+            return f"not run (0 of {h.seeds} seeds)"
+        if self.n < 2 or not self.complete:
             return f"incomplete ({self.n} of {h.seeds} seeds): not tested"
         hides = max(abs(self.low), abs(self.high))
         if self.p_holm < alpha:

@@ -3,6 +3,7 @@ estimates, TOST, Holm over the whole family, budget flags, and the same bytes ev
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -94,6 +95,7 @@ def test_the_table_is_the_hand_computed_tests_holm_adjusted_over_the_family(tmp_
     assert d_row.verdict(0.05) == "a < b"
     assert e_row.verdict(0.05) == "equivalent within ±0.1"
     assert later.verdict(0.05) == "not run (0 of 10 seeds)"
+    assert replace(later, n=1).verdict(0.05) == "incomplete (1 of 10 seeds): not tested"
 
 
 def test_a_contrast_whose_budgets_differ_is_flagged_unless_they_are_its_factor(tmp_path):
