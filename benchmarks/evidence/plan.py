@@ -279,7 +279,7 @@ class Row:
         h = self.hypothesis
         if self.n == 0:
             return f"not run (0 of {h.seeds} seeds)"
-        if self.n < 2 or not self.complete:
+        if not self.complete:  # seeds >= 2 in every plan, so n < 2 lands here
             return f"incomplete ({self.n} of {h.seeds} seeds): not tested"
         hides = max(abs(self.low), abs(self.high))
         if self.p_holm < alpha:
